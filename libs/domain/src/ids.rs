@@ -1,0 +1,103 @@
+//! User ids and edges.
+
+/// A user id: an int64 > 0 (DESIGN.md §4).
+pub type UserId = i64;
+
+/// A rule an input broke, named by the request field (a BadRequest field violation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The request field, in protobuf path form, e.g. `other_user_ids[3]`.
+    pub field: String,
+    /// What is wrong, for a person.
+    pub description: String,
+}
+
+impl Violation {
+    /// A violation of `field` described by `description`.
+    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Self { field: field.into(), description: description.into() }
+    }
+}
+
+/// Checks that `id` is a valid user id (> 0).
+///
+/// # Errors
+/// A [`Violation`] on `field` when `id <= 0`.
+pub fn validate_user_id(field: &str, id: i64) -> Result<UserId, Violation> {
+    if id > 0 { Ok(id) } else { Err(Violation::new(field, format!("must be > 0, got {id}"))) }
+}
+
+/// Checks a batch of user ids: 1..=[`crate::MAX_BATCH`] ids, each > 0.
+///
+/// # Errors
+/// Every violation found: an empty or oversized batch, or each id ≤ 0 (as `field[i]`).
+pub fn validate_batch(field: &str, ids: &[i64]) -> Result<(), Vec<Violation>> {
+    if ids.is_empty() {
+        return Err(vec![Violation::new(field, "must hold at least one id")]);
+    }
+    if ids.len() > crate::MAX_BATCH {
+        return Err(vec![Violation::new(
+            field,
+            format!("holds {} ids, at most {} are allowed", ids.len(), crate::MAX_BATCH),
+        )]);
+    }
+    let bad: Vec<Violation> = ids
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &id)| validate_user_id(&format!("{field}[{i}]"), id).err())
+        .collect();
+    if bad.is_empty() { Ok(()) } else { Err(bad) }
+}
+
+/// The state of an edge row: the `state` column (1 following, 0 not following).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeState {
+    /// `state = 0`: the follower unfollowed (the row is kept so versions keep increasing).
+    NotFollowing = 0,
+    /// `state = 1`.
+    Following = 1,
+}
+
+impl EdgeState {
+    /// The column value.
+    pub fn as_i16(self) -> i16 {
+        self as i16
+    }
+
+    /// From the column value; anything but 1 reads as not following.
+    pub fn from_i16(v: i16) -> Self {
+        if v == 1 { Self::Following } else { Self::NotFollowing }
+    }
+}
+
+/// One row of the following table (or the follower projection): follower_id → followee_id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    /// The user who follows.
+    pub follower_id: UserId,
+    /// The user followed.
+    pub followee_id: UserId,
+    /// Following or not.
+    pub state: EdgeState,
+    /// Number of state changes so far (1 after the first follow).
+    pub version: i64,
+    /// Time of the latest follow, ms since the epoch.
+    pub followed_at_ms: i64,
+    /// Time of the latest change, ms since the epoch.
+    pub updated_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_validation_names_each_bad_index() {
+        let err = validate_batch("ids", &[1, 0, 5, -2]).unwrap_err();
+        let fields: Vec<_> = err.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(fields, ["ids[1]", "ids[3]"]);
+        assert!(validate_batch("ids", &[]).is_err());
+        assert!(validate_batch("ids", &vec![1; 1001]).is_err());
+        assert!(validate_batch("ids", &vec![1; 1000]).is_ok());
+    }
+}

@@ -1,0 +1,18 @@
+//! The event flow of socialgraph: Kafka's default partitioner, record headers, topic set-up with
+//! rskafka, and the outbox relay that publishes committed outbox rows in order.
+
+pub mod headers;
+pub mod kafka;
+pub mod partition;
+pub mod relay;
+
+pub use kafka::{KafkaError, KafkaSink};
+pub use partition::{kafka_partition, user_key};
+pub use relay::{EventSink, PublishOutcome, RelayConfig, RelayMetrics, run_relay};
+
+/// Topic of follow-edge changes (`RelationEvent`, key = follower_id).
+pub const RELATION_TOPIC: &str = "sg.relation.v1";
+/// Topic of like/fav changes (`ActionEvent`, key = `entity_type:entity_id`).
+pub const COUNTER_TOPIC: &str = "sg.counter.v1";
+/// Topic of content lifecycle events (`ContentEvent`, key = author_id).
+pub const CONTENT_TOPIC: &str = "sg.content.v1";

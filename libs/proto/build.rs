@@ -1,0 +1,21 @@
+//! Compiles `../../proto` with the pure-Rust protox compiler (no system protoc needed) and
+//! writes the file descriptor set used by server reflection.
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = [
+        "socialgraph/events/v1/events.proto",
+        "socialgraph/relation/v1/relation.proto",
+        "socialgraph/projection/v1/projection.proto",
+        "socialgraph/counter/v1/counter.proto",
+    ];
+    let fds = protox::compile(files, [&root])?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("socialgraph_descriptor.bin"), fds.encode_to_vec())?;
+    tonic_prost_build::configure()
+        .type_attribute(".", "#[allow(clippy::all, missing_docs)]")
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed={}", root.display());
+    Ok(())
+}

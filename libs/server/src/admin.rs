@@ -1,0 +1,50 @@
+//! The admin HTTP port: `/metrics` (Prometheus text format 0.0.4), `/ready` (200 when ready,
+//! else 503) and `/live` (always 200).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::Readiness;
+
+#[derive(Clone)]
+struct AdminState {
+    registry: Registry,
+    readiness: Readiness,
+}
+
+async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
+    let mut buf = Vec::new();
+    let encoder = TextEncoder::new();
+    match encoder.encode(&s.registry.gather(), &mut buf) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, encoder.format_type().to_owned())], buf),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain".to_owned())], e.to_string().into_bytes()),
+    }
+}
+
+async fn ready(State(s): State<AdminState>) -> StatusCode {
+    if s.readiness.get() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }
+}
+
+/// Serves the admin endpoints on `listener` until `shutdown` fires.
+///
+/// # Errors
+/// The listener failed.
+pub async fn serve_admin(
+    listener: TcpListener,
+    registry: Registry,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/ready", get(ready))
+        .route("/live", get(|| async { StatusCode::OK }))
+        .with_state(AdminState { registry, readiness });
+    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+}

@@ -1,0 +1,137 @@
+//! The one error type of the RPC layer and its single conversion to `tonic::Status`, carrying
+//! google.rpc details (BadRequest, ErrorInfo, RetryInfo). Internal causes are logged with their
+//! chain and never shown to the caller.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use socialgraph_domain::Violation;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// `ErrorInfo.domain` of every socialgraph error.
+pub const DOMAIN: &str = "socialgraph";
+
+/// A result of the RPC layer.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// What went wrong, by what the caller can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed: fix it. `reason` is the ErrorInfo reason (e.g. SELF_FOLLOW).
+    #[error("invalid argument: {}", describe(.violations))]
+    InvalidArgument {
+        /// Stable machine-readable reason.
+        reason: &'static str,
+        /// The fields at fault.
+        violations: Vec<Violation>,
+    },
+    /// The request is valid but the system's state forbids it (e.g. FOLLOWING_LIMIT).
+    #[error("{message}")]
+    FailedPrecondition {
+        /// Stable machine-readable reason.
+        reason: &'static str,
+        /// For a person.
+        message: String,
+        /// ErrorInfo metadata, e.g. the limit.
+        metadata: HashMap<String, String>,
+    },
+    /// A quota is spent: retry after `retry_after` (RetryInfo).
+    #[error("{message}")]
+    ResourceExhausted {
+        /// Stable machine-readable reason.
+        reason: &'static str,
+        /// For a person.
+        message: String,
+        /// When a retry can succeed.
+        retry_after: Duration,
+    },
+    /// Credentials are missing or wrong.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The call is not allowed (e.g. admin RPCs with no admin token configured).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// A dependency is down; retrying later may succeed.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or an unexpected failure; details go to the log only.
+    #[error("internal error: {0}")]
+    Internal(Box<dyn std::error::Error + Send + Sync>),
+}
+
+fn describe(v: &[Violation]) -> String {
+    v.iter().map(|v| format!("{}: {}", v.field, v.description)).collect::<Vec<_>>().join("; ")
+}
+
+impl ApiError {
+    /// INVALID_ARGUMENT on one field, reason INVALID_ARGUMENT.
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::InvalidArgument { reason: "INVALID_ARGUMENT", violations: vec![Violation::new(field, description)] }
+    }
+
+    /// INVALID_ARGUMENT on several fields.
+    pub fn violations(violations: Vec<Violation>) -> Self {
+        Self::InvalidArgument { reason: "INVALID_ARGUMENT", violations }
+    }
+
+    /// Wraps an unexpected failure.
+    pub fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Internal(Box::new(e))
+    }
+}
+
+impl From<Violation> for ApiError {
+    fn from(v: Violation) -> Self {
+        Self::violations(vec![v])
+    }
+}
+
+impl From<Vec<Violation>> for ApiError {
+    fn from(v: Vec<Violation>) -> Self {
+        Self::violations(v)
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Self {
+        let message = e.to_string();
+        let mut d = ErrorDetails::new();
+        let code = match e {
+            ApiError::InvalidArgument { reason, violations } => {
+                for v in violations {
+                    d.add_bad_request_violation(v.field, v.description);
+                }
+                d.set_error_info(reason, DOMAIN, HashMap::new());
+                Code::InvalidArgument
+            }
+            ApiError::FailedPrecondition { reason, metadata, .. } => {
+                d.set_error_info(reason, DOMAIN, metadata);
+                Code::FailedPrecondition
+            }
+            ApiError::ResourceExhausted { reason, retry_after, .. } => {
+                d.set_error_info(reason, DOMAIN, HashMap::new());
+                d.set_retry_info(Some(retry_after));
+                Code::ResourceExhausted
+            }
+            ApiError::Unauthenticated(_) => Code::Unauthenticated,
+            ApiError::PermissionDenied(_) => Code::PermissionDenied,
+            ApiError::Unavailable(_) => {
+                d.set_retry_info(Some(Duration::from_secs(1)));
+                Code::Unavailable
+            }
+            ApiError::Internal(cause) => {
+                let mut chain = cause.to_string();
+                let mut src = cause.source();
+                while let Some(s) = src {
+                    chain.push_str(": ");
+                    chain.push_str(&s.to_string());
+                    src = s.source();
+                }
+                tracing::error!(error = %chain, "internal error");
+                return Status::internal("internal error");
+            }
+        };
+        Status::with_error_details(code, message, d)
+    }
+}

@@ -1,0 +1,129 @@
+//! Shared tonic server assembly for every socialgraph service: tower layers (per-request
+//! timeout, concurrency limit, load shedding), `grpc.health.v1`, server reflection, the admin
+//! HTTP port (`/metrics` in Prometheus text, `/ready`, `/live`), layered configuration, and
+//! graceful shutdown on SIGTERM.
+
+mod admin;
+mod config;
+mod error;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+pub use admin::serve_admin;
+pub use config::{ServerSettings, load_config};
+pub use error::{ApiError, ApiResult, DOMAIN};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
+
+/// Whether the service should receive traffic (`/ready` answers 200 only while set). Shared by
+/// the server (cleared at shutdown) and the background loops (set once they run).
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Marks ready or not.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+    /// True when ready.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A cancellation token that fires on SIGTERM or Ctrl-C.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut term) => tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} },
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutdown signal received");
+        t.cancel();
+    });
+    token
+}
+
+/// Binds a TCP listener on `addr` (port 0 picks a free port).
+///
+/// # Errors
+/// The address is in use or not local.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves `routes` (the service's gRPC servers) plus health and reflection on `listener` until
+/// `shutdown` fires, then: health NOT_SERVING and readiness cleared, no new connections,
+/// in-flight RPCs drained for at most `settings.drain_timeout_ms`.
+///
+/// `service_names` are the full gRPC names reported SERVING by the health service.
+///
+/// # Errors
+/// The transport failed or the reflection descriptors are invalid.
+pub async fn serve_grpc(
+    routes: Routes,
+    service_names: &[&str],
+    listener: TcpListener,
+    settings: &ServerSettings,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    for name in service_names.iter().chain(std::iter::once(&"")) {
+        reporter.set_service_status(*name, ServingStatus::Serving).await;
+    }
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(socialgraph_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(socialgraph_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let routes = routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
+
+    let names: Vec<String> = service_names.iter().map(|s| (*s).to_owned()).collect();
+    let drain_started = CancellationToken::new();
+    let signal = {
+        let (shutdown, drain_started) = (shutdown.clone(), drain_started.clone());
+        async move {
+            shutdown.cancelled().await;
+            readiness.set(false);
+            for name in names.iter().map(String::as_str).chain(std::iter::once("")) {
+                reporter.set_service_status(name, ServingStatus::NotServing).await;
+            }
+            drain_started.cancel();
+        }
+    };
+    let server = tonic::transport::Server::builder()
+        .timeout(Duration::from_millis(settings.request_timeout_ms))
+        .load_shed(true)
+        .concurrency_limit_per_connection(settings.concurrency_limit_per_connection)
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(settings.concurrency_limit))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+    let drain = Duration::from_millis(settings.drain_timeout_ms);
+    tokio::select! {
+        r = server => r.map_err(Into::into),
+        _ = async { drain_started.cancelled().await; tokio::time::sleep(drain).await } => {
+            tracing::warn!(drain_ms = settings.drain_timeout_ms, "drain timed out; closing remaining RPCs");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Tracing and OpenTelemetry set-up shared by every binary, and W3C trace-context propagation
+//! across gRPC metadata and Kafka record headers.
+//!
+//! - `RUST_LOG` filters (default `info`); `SG_LOG_FORMAT=json` switches to JSON lines.
+//! - The OpenTelemetry layer is always installed so that spans carry W3C trace ids, which
+//!   travel to consumers in the `traceparent` header; spans are exported over OTLP/gRPC only
+//!   when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// Keeps the tracer provider alive; [`Telemetry::shutdown`] flushes pending spans.
+pub struct Telemetry {
+    provider: SdkTracerProvider,
+}
+
+impl Telemetry {
+    /// Flushes and stops span export (call last at shutdown).
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown() {
+            eprintln!("telemetry shutdown: {e}");
+        }
+    }
+}
+
+/// Installs the global subscriber for binary `service_name` (the OTLP `service.name`).
+///
+/// # Errors
+/// The OTLP exporter cannot be built, or a global subscriber is already set.
+pub fn init(service_name: &'static str) -> anyhow::Result<Telemetry> {
+    let mut builder = SdkTracerProvider::builder().with_resource(
+        opentelemetry_sdk::Resource::builder().with_service_name(service_name).build(),
+    );
+    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+        let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    let provider = builder.build();
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = if std::env::var("SG_LOG_FORMAT").is_ok_and(|v| v == "json") {
+        tracing_subscriber::fmt::layer().json().with_current_span(true).boxed()
+    } else {
+        tracing_subscriber::fmt::layer().boxed()
+    };
+    tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init()?;
+    Ok(Telemetry { provider })
+}
+
+struct MetadataExtractor<'a>(&'a tonic::metadata::MetadataMap);
+
+impl Extractor for MetadataExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Makes `span` a child of the trace context in gRPC request metadata (`traceparent`), if any.
+pub fn set_parent_from_metadata(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    let cx = TraceContextPropagator::new().extract(&MetadataExtractor(metadata));
+    let _ = span.set_parent(cx);
+}
+
+/// Makes `span` a child of the trace context in Kafka record headers, if any.
+pub fn set_parent_from_headers(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
+    let map: HashMap<String, String> = headers
+        .iter()
+        .filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned())))
+        .collect();
+    let cx = TraceContextPropagator::new().extract(&map);
+    let _ = span.set_parent(cx);
+}
+
+struct MapInjector<'a>(&'a mut std::collections::BTreeMap<String, String>);
+
+impl Injector for MapInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+}
+
+/// The W3C headers (`traceparent`, maybe `tracestate`) of `span`'s context, to put on records.
+pub fn inject_headers(span: &tracing::Span, headers: &mut std::collections::BTreeMap<String, String>) {
+    TraceContextPropagator::new().inject_context(&span.context(), &mut MapInjector(headers));
+}

@@ -1,0 +1,51 @@
+//! Schema migrations of socialgraph, one per file (`mYYYYMMDD_HHMMSS_verb_noun.rs`). Each runs
+//! unchanged on PostgreSQL, MySQL/MariaDB and SQLite. Run them with [`Migrator::up`] (the
+//! services do so at start when `database.migrate_on_start` is set, and `relation-svc migrate`
+//! runs them on their own).
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_following;
+mod m20261130_000002_create_follower;
+mod m20261130_000003_create_outbox;
+mod m20261130_000004_create_consumer_offset;
+
+/// The ordered list of socialgraph migrations.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261130_000001_create_following::Migration),
+            Box::new(m20261130_000002_create_follower::Migration),
+            Box::new(m20261130_000003_create_outbox::Migration),
+            Box::new(m20261130_000004_create_consumer_offset::Migration),
+        ]
+    }
+}
+
+/// Column names shared by `following` and `follower`.
+#[derive(DeriveIden)]
+pub(crate) enum EdgeCol {
+    FollowerId,
+    FolloweeId,
+    State,
+    Version,
+    FollowedAtMs,
+    UpdatedAtMs,
+}
+
+/// The columns of an edge table, without keys.
+pub(crate) fn edge_table(name: &str) -> TableCreateStatement {
+    Table::create()
+        .table(Alias::new(name))
+        .if_not_exists()
+        .col(ColumnDef::new(EdgeCol::FollowerId).big_integer().not_null())
+        .col(ColumnDef::new(EdgeCol::FolloweeId).big_integer().not_null())
+        .col(ColumnDef::new(EdgeCol::State).small_integer().not_null())
+        .col(ColumnDef::new(EdgeCol::Version).big_integer().not_null())
+        .col(ColumnDef::new(EdgeCol::FollowedAtMs).big_integer().not_null())
+        .col(ColumnDef::new(EdgeCol::UpdatedAtMs).big_integer().not_null())
+        .to_owned()
+}

@@ -1,0 +1,248 @@
+//! RelationService over gRPC: convert the request, call [`Relations`], map the result.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use socialgraph_domain::{Edge, EdgeState, ListKind, timestamp_from_ms, timestamp_to_ms, validate_user_id};
+use socialgraph_proto::relation::v1 as pb;
+use socialgraph_proto::relation::v1::relation_service_server::RelationService;
+use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::edges::{ListEntry, ScanFilter};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use crate::service::{ImportCounts, ImportEdge, Relations, now_ms};
+
+/// Most edges in one ImportFollows message.
+const MAX_IMPORT_MESSAGE_EDGES: usize = 10_000;
+/// Most edges per ScanEdges page.
+const MAX_SCAN_PAGE: i32 = 10_000;
+
+/// The tonic implementation of `socialgraph.relation.v1.RelationService`.
+pub struct RelationGrpc {
+    relations: Arc<Relations>,
+    admin_token: Option<SecretString>,
+}
+
+impl RelationGrpc {
+    /// Serves `relations`; admin RPCs accept `Bearer <admin_token>`, or nothing when unset.
+    pub fn new(relations: Arc<Relations>, admin_token: Option<SecretString>) -> Self {
+        Self { relations, admin_token }
+    }
+
+    fn require_admin<T>(&self, req: &Request<T>) -> ApiResult<()> {
+        let Some(token) = &self.admin_token else {
+            return Err(ApiError::PermissionDenied("admin RPCs are disabled: configure auth.admin_token".into()));
+        };
+        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let expected = format!("Bearer {}", token.expose_secret());
+        // Compare in constant time so the token cannot be guessed byte by byte.
+        let same = given.len() == expected.len()
+            && given.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        if same { Ok(()) } else { Err(ApiError::Unauthenticated("missing or wrong admin bearer token".into())) }
+    }
+}
+
+fn span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
+    let span = tracing::info_span!("rpc", otel.name = name, rpc.service = "socialgraph.relation.v1.RelationService");
+    socialgraph_telemetry::set_parent_from_metadata(&span, req.metadata());
+    span
+}
+
+fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
+    list.into_iter()
+        .map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) })
+        .collect()
+}
+
+fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>)) -> pb::Relationship {
+    pb::Relationship {
+        other_user_id: other,
+        following: out.is_some(),
+        followed_by: inc.is_some(),
+        followed_at: out.map(|e| timestamp_from_ms(e.followed_at_ms)),
+        followed_by_at: inc.map(|e| timestamp_from_ms(e.followed_at_ms)),
+    }
+}
+
+fn edge(e: Edge) -> pb::Edge {
+    pb::Edge {
+        follower_id: e.follower_id,
+        followee_id: e.followee_id,
+        following: e.state == EdgeState::Following,
+        version: e.version,
+        followed_at: Some(timestamp_from_ms(e.followed_at_ms)),
+        updated_at: Some(timestamp_from_ms(e.updated_at_ms)),
+    }
+}
+
+/// Validates one import message whole, before any of it is written.
+fn import_edges(msg: &pb::ImportFollowsRequest, index: usize) -> ApiResult<Vec<ImportEdge>> {
+    if msg.edges.len() > MAX_IMPORT_MESSAGE_EDGES {
+        return Err(ApiError::invalid(
+            format!("messages[{index}].edges"),
+            format!("holds {} edges, at most {MAX_IMPORT_MESSAGE_EDGES} per message", msg.edges.len()),
+        ));
+    }
+    let now = now_ms();
+    let mut bad = Vec::new();
+    let out = msg
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            bad.extend(validate_user_id(&format!("edges[{i}].follower_id"), e.follower_id).err());
+            bad.extend(validate_user_id(&format!("edges[{i}].followee_id"), e.followee_id).err());
+            (e.follower_id, e.followee_id, e.followed_at.as_ref().map_or(now, timestamp_to_ms))
+        })
+        .collect();
+    if bad.is_empty() { Ok(out) } else { Err(bad.into()) }
+}
+
+fn add(total: &mut ImportCounts, c: ImportCounts) {
+    total.received += c.received;
+    total.imported += c.imported;
+    total.skipped_self_loops += c.skipped_self_loops;
+    total.skipped_duplicates += c.skipped_duplicates;
+}
+
+#[tonic::async_trait]
+impl RelationService for RelationGrpc {
+    async fn follow(&self, req: Request<pb::FollowRequest>) -> Result<Response<pb::FollowResponse>, Status> {
+        let span = span("Follow", &req);
+        let r = req.into_inner();
+        let out = self.relations.follow(r.follower_id, r.followee_id).instrument(span).await?;
+        Ok(Response::new(pb::FollowResponse {
+            changed: out.changed,
+            followed_at: Some(timestamp_from_ms(out.edge.followed_at_ms)),
+            version: out.edge.version,
+        }))
+    }
+
+    async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
+        let span = span("Unfollow", &req);
+        let r = req.into_inner();
+        let (changed, version) = self.relations.unfollow(r.follower_id, r.followee_id).instrument(span).await?;
+        Ok(Response::new(pb::UnfollowResponse { changed, version }))
+    }
+
+    async fn list_following(&self, req: Request<pb::ListFollowingRequest>) -> Result<Response<pb::ListFollowingResponse>, Status> {
+        let r = req.into_inner();
+        let page = self.relations.list(ListKind::Following, r.user_id, 0, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListFollowingResponse { following: entries(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn get_relationship(&self, req: Request<pb::GetRelationshipRequest>) -> Result<Response<pb::GetRelationshipResponse>, Status> {
+        let r = req.into_inner();
+        validate_user_id("other_user_id", r.other_user_id).map_err(ApiError::from)?;
+        let mut rel = self.relations.relationships(r.user_id, &[r.other_user_id], "other_user_id").await?;
+        let pair = rel.pop().unwrap_or((None, None));
+        Ok(Response::new(pb::GetRelationshipResponse { relationship: Some(relationship(r.other_user_id, pair)) }))
+    }
+
+    async fn batch_get_relationships(
+        &self,
+        req: Request<pb::BatchGetRelationshipsRequest>,
+    ) -> Result<Response<pb::BatchGetRelationshipsResponse>, Status> {
+        let r = req.into_inner();
+        let rel = self.relations.relationships(r.user_id, &r.other_user_ids, "other_user_ids").await?;
+        let relationships = r.other_user_ids.iter().zip(rel).map(|(&o, p)| relationship(o, p)).collect();
+        Ok(Response::new(pb::BatchGetRelationshipsResponse { relationships }))
+    }
+
+    async fn list_common_following(
+        &self,
+        req: Request<pb::ListCommonFollowingRequest>,
+    ) -> Result<Response<pb::ListCommonFollowingResponse>, Status> {
+        let r = req.into_inner();
+        let page =
+            self.relations.list(ListKind::CommonFollowing, r.user_id, r.other_user_id, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListCommonFollowingResponse { accounts: entries(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn list_familiar_followers(
+        &self,
+        req: Request<pb::ListFamiliarFollowersRequest>,
+    ) -> Result<Response<pb::ListFamiliarFollowersResponse>, Status> {
+        let r = req.into_inner();
+        let page =
+            self.relations.list(ListKind::FamiliarFollowers, r.viewer_id, r.user_id, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListFamiliarFollowersResponse { accounts: entries(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn import_follows(
+        &self,
+        req: Request<Streaming<pb::ImportFollowsRequest>>,
+    ) -> Result<Response<pb::ImportFollowsResponse>, Status> {
+        self.require_admin(&req)?;
+        let mut stream = req.into_inner();
+        let batch = self.relations.import_batch_size();
+        let mut total = ImportCounts::default();
+        let mut index = 0;
+        while let Some(msg) = stream.next().await {
+            let edges = import_edges(&msg?, index)?;
+            for chunk in edges.chunks(batch) {
+                add(&mut total, self.relations.import_chunk(chunk).await?);
+            }
+            index += 1;
+        }
+        Ok(Response::new(pb::ImportFollowsResponse {
+            received: total.received,
+            imported: total.imported,
+            skipped_self_loops: total.skipped_self_loops,
+            skipped_duplicates: total.skipped_duplicates,
+        }))
+    }
+
+    async fn count_following(&self, req: Request<pb::CountFollowingRequest>) -> Result<Response<pb::CountFollowingResponse>, Status> {
+        let count = self.relations.count_following(req.into_inner().user_id).await?;
+        Ok(Response::new(pb::CountFollowingResponse { count }))
+    }
+
+    type ScanEdgesStream = ReceiverStream<Result<pb::ScanEdgesResponse, Status>>;
+
+    async fn scan_edges(&self, req: Request<pb::ScanEdgesRequest>) -> Result<Response<Self::ScanEdgesStream>, Status> {
+        self.require_admin(&req)?;
+        let r = req.into_inner();
+        let page = match r.page_size {
+            0 => 1000,
+            n if (1..=MAX_SCAN_PAGE).contains(&n) => n as usize,
+            n => return Err(ApiError::invalid("page_size", format!("must be 0..={MAX_SCAN_PAGE}, got {n}")).into()),
+        };
+        if r.limit < 0 {
+            return Err(ApiError::invalid("limit", "must be >= 0").into());
+        }
+        let mut filter = ScanFilter {
+            after: r.after.map(|c| (c.follower_id, c.followee_id)),
+            follower_id: (r.follower_id > 0).then_some(r.follower_id),
+            followee_id: (r.followee_id > 0).then_some(r.followee_id),
+        };
+        let mut remaining = if r.limit == 0 { u64::MAX } else { r.limit as u64 };
+        let relations = Arc::clone(&self.relations);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            while remaining > 0 {
+                let take = page.min(remaining.min(usize::MAX as u64) as usize);
+                let rows = match relations.scan(filter, take).await {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                let Some(last) = rows.last().copied() else { return };
+                let done = rows.len() < take;
+                remaining -= rows.len() as u64;
+                filter.after = Some((last.follower_id, last.followee_id));
+                let cursor = Some(pb::EdgeCursor { follower_id: last.follower_id, followee_id: last.followee_id });
+                let msg = pb::ScanEdgesResponse { edges: rows.into_iter().map(edge).collect(), cursor };
+                if tx.send(Ok(msg)).await.is_err() || done {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

@@ -1,0 +1,118 @@
+//! relation-svc: the source of truth for follow edges (`following`), its transactional outbox,
+//! and the relay that publishes the outbox to Kafka topic `sg.relation.v1`.
+//!
+//! [`run`] is the whole service; `main` and the tests call it with their own listeners.
+
+pub mod config;
+pub mod grpc;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sea_orm_migration::MigratorTrait;
+use socialgraph_events::{KafkaSink, RelayConfig, RelayMetrics, run_relay};
+use socialgraph_proto::relation::v1::relation_service_server::RelationServiceServer;
+use socialgraph_server::Readiness;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// Full gRPC name of the service (health and reflection).
+pub const SERVICE_NAME: &str = "socialgraph.relation.v1.RelationService";
+
+/// Connects to the configured database and runs pending migrations.
+///
+/// # Errors
+/// The database is unreachable or a migration failed.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, 2).await.context("connecting to the database")?;
+    socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    Ok(())
+}
+
+/// Runs relation-svc on `grpc` and `admin` until `shutdown` fires, then drains RPCs, stops the
+/// relay at a batch boundary, and returns.
+///
+/// # Errors
+/// Start-up failures (database unreachable, migrations failed, bad Redis URL) and transport
+/// failures.
+pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections)
+        .await
+        .context("connecting to the database")?;
+    if config.database.migrate_on_start {
+        socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    }
+    let redis = socialgraph_cache::pool(
+        &config.redis.url,
+        config.redis.pool_size,
+        Duration::from_millis(config.redis.timeout_ms),
+    )
+    .context("redis url")?;
+    let registry = prometheus::Registry::new();
+    let relay_metrics = RelayMetrics::register(&registry)?;
+    let bypassed = prometheus::IntCounter::new(
+        "sg_rate_limit_bypassed_total",
+        "Follows allowed without a rate-limit check because Redis was unreachable",
+    )?;
+    registry.register(Box::new(bypassed.clone()))?;
+
+    let wake = Arc::new(Notify::new());
+    let relations = Arc::new(service::Relations::new(db.clone(), redis, config.clone(), Arc::clone(&wake), bypassed));
+    let loops = CancellationToken::new();
+    let relay = config.kafka.relay_enabled.then(|| {
+        tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone()))
+    });
+
+    let readiness = Readiness::default();
+    readiness.set(true);
+    let admin_task =
+        tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
+    let routes = tonic::service::Routes::new(
+        RelationServiceServer::new(grpc::RelationGrpc::new(relations, config.auth.admin_token.clone()))
+            .max_decoding_message_size(16 * 1024 * 1024),
+    );
+    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], grpc, &config.server, readiness, shutdown).await;
+    loops.cancel();
+    if let Some(relay) = relay {
+        let _ = relay.await;
+    }
+    let _ = admin_task.await;
+    db.close().await.ok();
+    served
+}
+
+/// Connects to Kafka (retrying while the broker is down) and runs the relay until `cancel`.
+async fn relay_task(
+    db: sea_orm::DatabaseConnection,
+    kafka: config::KafkaSettings,
+    wake: Arc<Notify>,
+    metrics: RelayMetrics,
+    cancel: CancellationToken,
+) {
+    let deadline = Duration::from_millis(kafka.request_deadline_ms);
+    let client = loop {
+        tokio::select! {
+            c = socialgraph_events::kafka::connect(&kafka.brokers, deadline) => match c {
+                Ok(c) => break c,
+                Err(e) => {
+                    metrics.errors.inc();
+                    tracing::warn!(error = %e, "relay: kafka unreachable, retrying");
+                }
+            },
+            _ = cancel.cancelled() => return,
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    };
+    let sink = Arc::new(KafkaSink::new(client, kafka.partitions));
+    let config = RelayConfig {
+        batch_size: kafka.relay_batch_size.max(1),
+        idle_poll: Duration::from_millis(kafka.relay_idle_poll_ms),
+        ..RelayConfig::default()
+    };
+    run_relay(db, sink, wake, config, metrics, cancel).await;
+}

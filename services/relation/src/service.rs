@@ -1,0 +1,491 @@
+//! The rules of relation-svc on domain types: follow/unfollow with their outbox events in one
+//! transaction, the cap and the rate limit, keyset-paged lists and the bulk import.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prometheus::IntCounter;
+use prost::Message;
+use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
+use socialgraph_cache::{keys::Keys, rate_limit::{TokenBucket, Verdict}};
+use socialgraph_domain::{Cursor, Edge, EdgeState, ListKind, PageToken, PageTokenKey, Violation, validate_user_id};
+use socialgraph_events::headers;
+use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry};
+use socialgraph_storage::outbox::{self, NewOutboxRow};
+use tokio::sync::Notify;
+
+use crate::config::{Config, OnRedisError};
+
+/// Most attempts of one transaction that lost a race (unique key, deadlock).
+const MAX_TX_ATTEMPTS: usize = 20;
+
+/// Runs `$body` (a `Result<T, TxError>` expression using the open transaction `$txn`) and
+/// commits, retrying the whole transaction when it lost a race (unique key, deadlock).
+macro_rules! in_tx {
+    ($svc:expr, $txn:ident => $body:expr) => {{
+        let mut retry = Retry::new();
+        loop {
+            let $txn = $svc.begin().await.map_err(db_error)?;
+            let result: Result<_, TxError> = $body;
+            let result = match result {
+                Ok(v) => $txn.commit().await.map(|()| v).map_err(TxError::Db),
+                Err(e) => {
+                    let _ = $txn.rollback().await;
+                    Err(e)
+                }
+            };
+            match result {
+                Ok(v) => break v,
+                Err(e) => retry.after(e).await?,
+            }
+        }
+    }};
+}
+
+/// Backoff between attempts of a transaction that lost a race.
+struct Retry(Box<dyn Iterator<Item = std::time::Duration> + Send>);
+
+impl Retry {
+    fn new() -> Self {
+        Self(Box::new(backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(std::time::Duration::from_millis(2))
+                .with_max_delay(std::time::Duration::from_millis(100))
+                .with_jitter()
+                .with_max_times(MAX_TX_ATTEMPTS),
+        )))
+    }
+
+    /// Sleeps and returns Ok when `e` is worth another attempt; else the caller's error.
+    async fn after(&mut self, e: TxError) -> ApiResult<()> {
+        match e {
+            TxError::Api(e) => Err(e),
+            TxError::Db(e) if socialgraph_storage::is_retryable(&e) => match self.0.next() {
+                Some(d) => {
+                    tokio::time::sleep(d).await;
+                    Ok(())
+                }
+                None => Err(ApiError::Unavailable(format!("too much contention: {e}"))),
+            },
+            TxError::Db(e) => Err(db_error(e)),
+        }
+    }
+}
+
+/// The relation service's state, shared by every RPC.
+pub struct Relations {
+    db: DatabaseConnection,
+    limiter: TokenBucket,
+    keys: Keys,
+    token_key: PageTokenKey,
+    config: Config,
+    /// Wakes the outbox relay after each commit that wrote events.
+    relay_wake: Arc<Notify>,
+    /// Follows let through because Redis was unreachable (fail-open).
+    rate_limit_bypassed: IntCounter,
+}
+
+/// Result of a Follow.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowOutcome {
+    /// The edge changed and one event was written.
+    pub changed: bool,
+    /// The edge after the call.
+    pub edge: Edge,
+}
+
+/// A page of a list.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Entries, newest first.
+    pub entries: Vec<ListEntry>,
+    /// Token of the next page, empty at the end.
+    pub next_page_token: String,
+}
+
+/// Counts of one import.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportCounts {
+    /// Edges received.
+    pub received: i64,
+    /// Edges that became "following".
+    pub imported: i64,
+    /// Self-loops skipped.
+    pub skipped_self_loops: i64,
+    /// Edges already followed, skipped.
+    pub skipped_duplicates: i64,
+}
+
+/// One edge to import: (follower, followee, followed_at_ms).
+pub type ImportEdge = (i64, i64, i64);
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+pub(crate) fn db_error(e: DbErr) -> ApiError {
+    match e {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ApiError::Unavailable("database unreachable".into()),
+        other => ApiError::internal(other),
+    }
+}
+
+impl Relations {
+    /// Builds the service over an open database and Redis pool.
+    pub fn new(
+        db: DatabaseConnection,
+        redis: socialgraph_cache::Pool,
+        config: Config,
+        relay_wake: Arc<Notify>,
+        rate_limit_bypassed: IntCounter,
+    ) -> Self {
+        let limiter = TokenBucket::new(
+            redis,
+            config.limits.follow_burst,
+            config.limits.follow_refill_per_day,
+            std::time::Duration::from_millis(config.redis.timeout_ms),
+        );
+        let token_key = match &config.auth.page_token_secret {
+            Some(s) => PageTokenKey::new(secrecy::ExposeSecret::expose_secret(s).as_bytes()),
+            None => {
+                tracing::warn!("auth.page_token_secret is not set: page tokens use the development key");
+                PageTokenKey::new(b"socialgraph-development-page-token-key")
+            }
+        };
+        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed }
+    }
+
+    /// The page-token key (shared with tests that forge tokens).
+    pub fn token_key(&self) -> &PageTokenKey {
+        &self.token_key
+    }
+
+    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+        // READ COMMITTED: a first follow of an edge takes no gap lock on MySQL, so concurrent
+        // first follows collide on the primary key (and retry) instead of deadlocking.
+        match self.db.get_database_backend() {
+            DbBackend::Sqlite => self.db.begin().await,
+            _ => self.db.begin_with_config(Some(IsolationLevel::ReadCommitted), Some(AccessMode::ReadWrite)).await,
+        }
+    }
+
+    fn event_row(&self, edge: &Edge, kind: RelationEventKind, now: i64) -> NewOutboxRow {
+        let event = RelationEvent {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            kind: kind as i32,
+            follower_id: edge.follower_id,
+            followee_id: edge.followee_id,
+            version: edge.version,
+            occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
+            followed_at: Some(socialgraph_domain::timestamp_from_ms(edge.followed_at_ms)),
+        };
+        let mut h = BTreeMap::new();
+        socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut h);
+        h.insert(headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.RelationEvent".to_owned());
+        h.insert(headers::SCHEMA.to_owned(), "v1".to_owned());
+        NewOutboxRow {
+            topic: self.config.kafka.relation_topic.clone(),
+            partition_key: edge.follower_id,
+            payload: event.encode_to_vec(),
+            headers: headers::encode(&h),
+            created_at_ms: now,
+        }
+    }
+
+    async fn check_rate_limit(&self, follower_id: i64) -> ApiResult<()> {
+        match self.limiter.take(&self.keys.follow_rate_limit(follower_id)).await {
+            Ok(Verdict::Allowed) => Ok(()),
+            Ok(Verdict::Limited { retry_after }) => Err(ApiError::ResourceExhausted {
+                reason: "RATE_LIMITED",
+                message: format!("follow rate limit reached; retry in {} ms", retry_after.as_millis()),
+                retry_after,
+            }),
+            Err(e) => match self.config.limits.on_redis_error {
+                OnRedisError::Open => {
+                    self.rate_limit_bypassed.inc();
+                    tracing::warn!(error = %e, follower_id, "rate limiter unreachable: follow allowed (fail open)");
+                    Ok(())
+                }
+                OnRedisError::Closed => {
+                    tracing::warn!(error = %e, follower_id, "rate limiter unreachable: follow refused (fail closed)");
+                    Err(ApiError::Unavailable("the follow rate limiter is unavailable".into()))
+                }
+            },
+        }
+    }
+
+    /// Makes `follower_id` follow `followee_id`; see the RPC's contract.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad ids, SELF_FOLLOW), FAILED_PRECONDITION (FOLLOWING_LIMIT),
+    /// RESOURCE_EXHAUSTED (RATE_LIMITED), UNAVAILABLE.
+    pub async fn follow(&self, follower_id: i64, followee_id: i64) -> ApiResult<FollowOutcome> {
+        validate_pair(follower_id, followee_id)?;
+        if follower_id == followee_id {
+            return Err(ApiError::InvalidArgument {
+                reason: "SELF_FOLLOW",
+                violations: vec![Violation::new("followee_id", "a user cannot follow themselves")],
+            });
+        }
+        // A repeat costs no token and takes no lock.
+        if let Some(e) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)? {
+            if e.state == EdgeState::Following {
+                return Ok(FollowOutcome { changed: false, edge: e });
+            }
+        }
+        self.check_rate_limit(follower_id).await?;
+        let outcome = in_tx!(self, txn => self.follow_tx(&txn, follower_id, followee_id).await);
+        if outcome.changed {
+            self.relay_wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
+    async fn follow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<FollowOutcome, TxError> {
+        let old = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await?;
+        if let Some(e) = old.filter(|e| e.state == EdgeState::Following) {
+            return Ok(FollowOutcome { changed: false, edge: e });
+        }
+        let cap = self.config.limits.following_cap;
+        let count = edges::count(txn, EdgeTable::Following, Col::FollowerId, follower_id).await?;
+        if count >= cap {
+            return Err(TxError::Api(ApiError::FailedPrecondition {
+                reason: "FOLLOWING_LIMIT",
+                message: format!("user {follower_id} already follows {count} accounts, the limit is {cap}"),
+                metadata: [("limit".to_owned(), cap.to_string())].into(),
+            }));
+        }
+        let now = now_ms();
+        let edge = Edge {
+            follower_id,
+            followee_id,
+            state: EdgeState::Following,
+            version: old.map_or(1, |e| e.version + 1),
+            followed_at_ms: now,
+            updated_at_ms: now,
+        };
+        match old {
+            Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
+            None => edges::insert(txn, EdgeTable::Following, &[edge]).await?,
+        }
+        outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Followed, now)]).await?;
+        Ok(FollowOutcome { changed: true, edge })
+    }
+
+    async fn unfollow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<(bool, i64), TxError> {
+        let Some(old) = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await? else {
+            return Ok((false, 0));
+        };
+        if old.state != EdgeState::Following {
+            return Ok((false, old.version));
+        }
+        let now = now_ms();
+        let edge = Edge { state: EdgeState::NotFollowing, version: old.version + 1, updated_at_ms: now, ..old };
+        edges::update(txn, EdgeTable::Following, &edge).await?;
+        outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Unfollowed, now)]).await?;
+        Ok((true, edge.version))
+    }
+
+    /// Makes `follower_id` stop following `followee_id`. Returns (changed, version after).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
+    pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<(bool, i64)> {
+        validate_pair(follower_id, followee_id)?;
+        let outcome = in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await);
+        if outcome.0 {
+            self.relay_wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
+    fn cursor(&self, token: &str, kind: ListKind, a: i64, b: i64) -> ApiResult<Option<Cursor>> {
+        self.token_key.decode(token, kind, a, b).map_err(|e| ApiError::InvalidArgument {
+            reason: "BAD_PAGE_TOKEN",
+            violations: vec![Violation::new("page_token", e.to_string())],
+        })
+    }
+
+    fn page(&self, mut entries: Vec<ListEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> Page {
+        let next_page_token = if entries.len() > size {
+            entries.truncate(size);
+            let last = entries[size - 1];
+            self.token_key.encode(&PageToken {
+                kind,
+                a,
+                b,
+                cursor: Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id },
+            })
+        } else {
+            String::new()
+        };
+        Page { entries, next_page_token }
+    }
+
+    /// One page of a list named by `kind` and owners `a`, `b` (b = 0 for one-owner lists).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids, page size or token; UNAVAILABLE.
+    pub async fn list(&self, kind: ListKind, a: i64, b: i64, page_size: i32, token: &str) -> ApiResult<Page> {
+        let (fa, fb) = match kind {
+            ListKind::CommonFollowing => ("user_id", "other_user_id"),
+            ListKind::FamiliarFollowers => ("viewer_id", "user_id"),
+            _ => ("user_id", ""),
+        };
+        let mut bad: Vec<Violation> = validate_user_id(fa, a).err().into_iter().collect();
+        if !fb.is_empty() {
+            bad.extend(validate_user_id(fb, b).err());
+        }
+        let size = socialgraph_domain::page_size(page_size).map_err(|d| Violation::new("page_size", d));
+        if let Err(v) = &size {
+            bad.push(v.clone());
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let size = size.unwrap_or_default();
+        let after = self.cursor(token, kind, a, b)?;
+        let rows = match kind {
+            ListKind::Following => edges::list(&self.db, EdgeTable::Following, a, after, size + 1).await,
+            ListKind::Followers => edges::list(&self.db, EdgeTable::Follower, a, after, size + 1).await,
+            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, after, size + 1).await,
+            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, after, size + 1).await,
+        }
+        .map_err(db_error)?;
+        Ok(self.page(rows, size, kind, a, b))
+    }
+
+    /// Both directions between `user_id` and each of `others`, in request order:
+    /// (edge user→other if following, edge other→user if following).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
+    pub async fn relationships(&self, user_id: i64, others: &[i64], field: &str) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
+        let mut bad: Vec<Violation> = validate_user_id("user_id", user_id).err().into_iter().collect();
+        if let Err(v) = socialgraph_domain::validate_batch(field, others) {
+            bad.extend(v);
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let out_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
+        let in_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (o, user_id)).collect();
+        let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;
+        let incoming = edges::get_many(&self.db, EdgeTable::Following, &in_pairs, false).await.map_err(db_error)?;
+        let following = |e: &Edge| e.state == EdgeState::Following;
+        let out: std::collections::HashMap<i64, Edge> =
+            outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect();
+        let inc: std::collections::HashMap<i64, Edge> =
+            incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
+        Ok(others.iter().map(|o| (out.get(o).copied(), inc.get(o).copied())).collect())
+    }
+
+    /// Exact number of accounts `user_id` follows.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id; UNAVAILABLE.
+    pub async fn count_following(&self, user_id: i64) -> ApiResult<i64> {
+        validate_user_id("user_id", user_id)?;
+        edges::count(&self.db, EdgeTable::Following, Col::FollowerId, user_id).await.map_err(db_error)
+    }
+
+    /// Imports one chunk of already validated edges in one transaction.
+    ///
+    /// # Errors
+    /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
+    pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
+        let mut counts = ImportCounts { received: chunk.len() as i64, ..Default::default() };
+        let mut wanted: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+        for &(fr, fe, at) in chunk {
+            if fr == fe {
+                counts.skipped_self_loops += 1;
+            } else if wanted.insert((fr, fe), at).is_some() {
+                counts.skipped_duplicates += 1;
+            }
+        }
+        let pairs: Vec<(i64, i64)> = wanted.keys().copied().collect();
+        let (imported, dups) = in_tx!(self, txn => self.import_tx(&txn, &wanted, &pairs).await.map_err(TxError::Db));
+        counts.imported = imported;
+        counts.skipped_duplicates += dups;
+        if imported > 0 {
+            self.relay_wake.notify_one();
+        }
+        Ok(counts)
+    }
+
+    async fn import_tx(
+        &self,
+        txn: &DatabaseTransaction,
+        wanted: &BTreeMap<(i64, i64), i64>,
+        pairs: &[(i64, i64)],
+    ) -> Result<(i64, i64), DbErr> {
+        let existing: std::collections::HashMap<(i64, i64), Edge> = edges::get_many(txn, EdgeTable::Following, pairs, true)
+            .await?
+            .into_iter()
+            .map(|e| ((e.follower_id, e.followee_id), e))
+            .collect();
+        let now = now_ms();
+        let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
+        for (&(follower_id, followee_id), &at) in wanted {
+            let old = existing.get(&(follower_id, followee_id));
+            if old.is_some_and(|e| e.state == EdgeState::Following) {
+                dups += 1;
+                continue;
+            }
+            let edge = Edge {
+                follower_id,
+                followee_id,
+                state: EdgeState::Following,
+                version: old.map_or(1, |e| e.version + 1),
+                followed_at_ms: at,
+                updated_at_ms: now,
+            };
+            match old {
+                Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
+                None => inserts.push(edge),
+            }
+            events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+        }
+        edges::insert(txn, EdgeTable::Following, &inserts).await?;
+        outbox::insert(txn, &events).await?;
+        Ok((events.len() as i64, dups))
+    }
+
+    /// Edges in primary-key order for ScanEdges.
+    ///
+    /// # Errors
+    /// UNAVAILABLE or INTERNAL on database failure.
+    pub async fn scan(&self, filter: edges::ScanFilter, limit: usize) -> ApiResult<Vec<Edge>> {
+        edges::scan(&self.db, EdgeTable::Following, filter, limit).await.map_err(db_error)
+    }
+
+    /// Import batch size from config.
+    pub fn import_batch_size(&self) -> usize {
+        self.config.limits.import_batch_size.max(1)
+    }
+}
+
+/// A transaction body's failure: a database error (maybe retryable) or a rule's verdict.
+pub(crate) enum TxError {
+    Db(DbErr),
+    Api(ApiError),
+}
+
+impl From<DbErr> for TxError {
+    fn from(e: DbErr) -> Self {
+        Self::Db(e)
+    }
+}
+
+fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
+    let bad: Vec<Violation> = [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
