@@ -1,1 +1,138 @@
-//! placeholder
+//! Test helpers for socialgraph's integration tests. Every test gets its own database, topic
+//! names and Redis key prefix, so tests run in parallel; tests that destroy shared state (kill
+//! Redis or the broker) start private instances on free ports.
+//!
+//! Services come from `make deps`; a missing one fails the test with how to start it.
+//! Overrides: `SG_TEST_POSTGRES_URL`, `SG_TEST_MYSQL_URL`, `SG_TEST_KAFKA`, `SG_TEST_REDIS_URL`.
+
+pub mod kafka;
+pub mod process;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm_migration::MigratorTrait;
+
+/// A name unique to this run: `prefix` + 12 hex digits.
+pub fn unique(prefix: &str) -> String {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    format!("{prefix}{}", &id[id.len() - 12..])
+}
+
+/// Which SQL backend a test database uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL on 127.0.0.1:5432.
+    Postgres,
+    /// MariaDB/MySQL on 127.0.0.1:3306.
+    MariaDb,
+    /// A SQLite file in the system temp dir.
+    Sqlite,
+}
+
+fn server_url(backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => std::env::var("SG_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into()),
+        Backend::MariaDb => std::env::var("SG_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into()),
+        Backend::Sqlite => String::new(),
+    }
+}
+
+/// A fresh, migrated database that [`TestDb::drop_db`] removes.
+pub struct TestDb {
+    /// Connection URL of the database.
+    pub url: String,
+    /// An open pool on it.
+    pub conn: DatabaseConnection,
+    backend: Backend,
+    name: String,
+}
+
+impl TestDb {
+    /// Creates and migrates a uniquely named database.
+    ///
+    /// # Errors
+    /// The server is not running (the message says how to start it) or migrations failed.
+    pub async fn create(backend: Backend) -> anyhow::Result<Self> {
+        let name = unique("sg_test_");
+        let url = match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                format!("sqlite://{}?mode=rwc", path.display())
+            }
+            _ => {
+                let server = server_url(backend);
+                let admin_url = match backend {
+                    Backend::Postgres => format!("{server}/postgres"),
+                    _ => format!("{server}/mysql"),
+                };
+                let admin = sea_orm::Database::connect(&admin_url).await.with_context(|| {
+                    format!("{backend:?} is not reachable at {server}: run `make deps` to install and start it")
+                })?;
+                admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+                admin.close().await.ok();
+                format!("{server}/{name}")
+            }
+        };
+        let mut opts = sea_orm::ConnectOptions::new(url.clone());
+        opts.max_connections(8).sqlx_logging(false);
+        let conn = sea_orm::Database::connect(opts).await?;
+        socialgraph_migrations::Migrator::up(&conn, None).await.context("migrations")?;
+        Ok(Self { url, conn, backend, name })
+    }
+
+    /// Drops the database (call at the end of a passing test; a failing test leaves it for
+    /// inspection).
+    ///
+    /// # Errors
+    /// The server refused.
+    pub async fn drop_db(self) -> anyhow::Result<()> {
+        self.conn.close().await.ok();
+        match self.backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{}.db", self.name));
+                let _ = std::fs::remove_file(path);
+            }
+            b => {
+                let server = server_url(b);
+                let admin_url =
+                    if b == Backend::Postgres { format!("{server}/postgres") } else { format!("{server}/mysql") };
+                let admin = sea_orm::Database::connect(&admin_url).await?;
+                let sql = if b == Backend::Postgres {
+                    format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)
+                } else {
+                    format!("DROP DATABASE IF EXISTS {}", self.name)
+                };
+                admin.execute_unprepared(&sql).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Redis URL of the shared test instance.
+pub fn redis_url() -> String {
+    std::env::var("SG_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, failing after `deadline` with `what`.
+///
+/// # Errors
+/// The deadline passed, or `check` failed.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > deadline {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -404,8 +404,11 @@ impl Relations {
         for &(fr, fe, at) in chunk {
             if fr == fe {
                 counts.skipped_self_loops += 1;
-            } else if wanted.insert((fr, fe), at).is_some() {
+            } else if wanted.contains_key(&(fr, fe)) {
+                // The first occurrence wins, as it does across chunks (later ones find the row).
                 counts.skipped_duplicates += 1;
+            } else {
+                wanted.insert((fr, fe), at);
             }
         }
         let pairs: Vec<(i64, i64)> = wanted.keys().copied().collect();

@@ -1,0 +1,53 @@
+//! The shared test broker and reading topics back.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use rskafka::record::RecordAndOffset;
+
+/// Bootstrap address of the shared test broker.
+pub fn brokers() -> Vec<String> {
+    vec![std::env::var("SG_TEST_KAFKA").unwrap_or_else(|_| "127.0.0.1:9092".into())]
+}
+
+/// Connects to `brokers`, failing fast with how to start the broker.
+///
+/// # Errors
+/// The broker is not reachable within 10 s.
+pub async fn connect(brokers: &[String]) -> anyhow::Result<Client> {
+    let backoff = rskafka::BackoffConfig { deadline: Some(Duration::from_secs(10)), ..Default::default() };
+    ClientBuilder::new(brokers.to_vec())
+        .backoff_config(backoff)
+        .build()
+        .await
+        .with_context(|| format!("the Kafka broker is not reachable at {brokers:?}: run `make deps` to start it"))
+}
+
+/// Every record of every partition of `topic` up to the high watermark, as
+/// (partition, record) in partition then offset order.
+///
+/// # Errors
+/// Broker failures.
+pub async fn read_all(client: &Client, topic: &str) -> anyhow::Result<Vec<(i32, RecordAndOffset)>> {
+    let Some(t) = client.list_topics().await?.into_iter().find(|t| t.name == topic) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for p in t.partitions {
+        let pc = client.partition_client(topic, p, UnknownTopicHandling::Error).await?;
+        let mut offset = pc.get_offset(OffsetAt::Earliest).await?;
+        loop {
+            let (records, high_watermark) = pc.fetch_records(offset, 1..4_000_000, 0).await?;
+            for r in records {
+                offset = r.offset + 1;
+                out.push((p, r));
+            }
+            if offset >= high_watermark {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}

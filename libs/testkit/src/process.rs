@@ -1,0 +1,80 @@
+//! Private instances of Redis and the broker for tests that kill them.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+/// A free TCP port on 127.0.0.1 (bound and released; a small race is acceptable in tests).
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::bail!("{what} did not start listening on port {port} within 10 s")
+}
+
+/// A child process killed on drop.
+pub struct Instance {
+    /// The process.
+    pub child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Instance {
+    /// Kills the process at once (SIGKILL) and waits for it.
+    ///
+    /// # Errors
+    /// The process could not be signalled.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+/// Starts a throw-away `redis-server` on `port` (0 = a free one), keeping nothing on disk.
+///
+/// # Errors
+/// `redis-server` is not installed (`make deps` installs it) or did not start.
+pub async fn redis(port: u16) -> anyhow::Result<Instance> {
+    let port = if port == 0 { free_port()? } else { port };
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("redis-server is not installed: run `make deps`")?;
+    wait_port(port, "redis-server").await?;
+    Ok(Instance { child, port })
+}
+
+/// Starts a private broker (tansu) on `port` with durable SQLite state in `dir`, the start line
+/// of `scripts/tansu.sh`. Restarting on the same `dir` and `port` keeps every record.
+///
+/// # Errors
+/// `tansu` is not installed (`make deps` installs it) or did not start.
+pub async fn broker(port: u16, dir: &std::path::Path) -> anyhow::Result<Instance> {
+    std::fs::create_dir_all(dir)?;
+    let url = format!("tcp://127.0.0.1:{port}");
+    let child = Command::new("tansu")
+        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "sqlite://tansu.db"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("the tansu broker is not installed: run `make deps`")?;
+    wait_port(port, "tansu").await?;
+    Ok(Instance { child, port })
+}
