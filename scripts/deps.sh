@@ -242,7 +242,7 @@ step_tansu() {
         fi
         if ! tansu_ok; then
             command -v cargo >/dev/null || fail tansu "cargo not found (needed to install tansu $TANSU_VERSION)"
-            say tansu "installing $TANSU_VERSION with cargo install (takes 12-19 min on 2 cores)"
+            say tansu "installing $TANSU_VERSION with cargo install (takes 15-25 min on 2 cores)"
             cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore,libsql ||
                 fail tansu "cargo install tansu $TANSU_VERSION failed"
             tansu_ok || fail tansu "installed, but 'tansu --version' does not report $TANSU_VERSION"
@@ -262,7 +262,8 @@ step_tansu() {
     # is open the index can go in; this also covers a broker started elsewhere.
     if ! tansu_index_ok; then
         as_root "$ROOT/scripts/tansu.sh" index "$TANSU_DIR" || fail tansu "could not add index to $TANSU_DIR/tansu.db"
-        did+=(indexed)
+        ((${#did[@]})) || did+=(running)
+        did+=("index added")
     fi
     say tansu "$(IFS=,; echo "${did[*]:-running}") on 127.0.0.1:$TANSU_PORT"
 }

@@ -89,6 +89,7 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
 /// # Errors
 /// It did not start.
 pub async fn spawn_relation(config: RelationConfig) -> anyhow::Result<RelationSvc> {
+    socialgraph_telemetry::init_for_tests();
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (addr, admin_addr) = (grpc.local_addr()?, admin.local_addr()?);

@@ -6,7 +6,7 @@ mod page;
 
 pub use ids::{Edge, EdgeState, UserId, Violation, validate_batch, validate_user_id};
 pub use page::{
-    Cursor, DEFAULT_PAGE_SIZE, ListKind, MAX_PAGE_SIZE, PageToken, PageTokenError, PageTokenKey,
+    Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, PageToken, PageTokenError, PageTokenKey,
     page_size,
 };
 

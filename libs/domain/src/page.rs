@@ -57,6 +57,15 @@ pub struct Cursor {
     pub peer_id: i64,
 }
 
+/// One entry of a list: the peer and the follow time that orders it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The account listed.
+    pub user_id: i64,
+    /// The follow time that orders the list, ms since the epoch.
+    pub followed_at_ms: i64,
+}
+
 /// A decoded page token: the list it belongs to and where the next page starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageToken {
@@ -150,6 +159,19 @@ impl PageTokenKey {
             return Err(PageTokenError::WrongList);
         }
         Ok(Some(Cursor { followed_at_ms: int(2), peer_id: int(3) }))
+    }
+
+    /// Cuts `entries` (fetched with one entry more than `size`) to a page, and returns the
+    /// token of the next page: empty when there was no extra entry.
+    pub fn finish(&self, mut entries: Vec<ListEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> (Vec<ListEntry>, String) {
+        if entries.len() <= size || size == 0 {
+            return (entries, String::new());
+        }
+        entries.truncate(size);
+        let last = entries[size - 1];
+        let cursor = Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id };
+        let token = self.encode(&PageToken { kind, a, b, cursor });
+        (entries, token)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The event flow of socialgraph: Kafka's default partitioner, record headers, topic set-up with
 //! rskafka, and the outbox relay that publishes committed outbox rows in order.
 
+pub mod consumer;
 pub mod headers;
 pub mod kafka;
 pub mod partition;

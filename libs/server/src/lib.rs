@@ -4,8 +4,11 @@
 //! graceful shutdown on SIGTERM.
 
 mod admin;
+pub mod cli;
+pub mod auth;
 mod config;
 mod error;
+pub mod paging;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

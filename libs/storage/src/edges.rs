@@ -5,6 +5,7 @@ use sea_orm::sea_query::{
     Alias, Cond, Expr, ExprTrait, JoinType, LockType, Order, Query, SelectStatement,
 };
 use sea_orm::{ConnectionTrait, DbErr, QueryResult};
+pub use socialgraph_domain::ListEntry;
 use socialgraph_domain::{Cursor, Edge, EdgeState};
 
 /// Column names of the edge tables.
@@ -34,15 +35,6 @@ pub enum EdgeTable {
     Following,
     /// `follower`, the projection; its key starts with followee_id.
     Follower,
-}
-
-/// One entry of a list: the peer and the follow time that orders it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListEntry {
-    /// The account listed.
-    pub user_id: i64,
-    /// The follow time that orders the list, ms since the epoch.
-    pub followed_at_ms: i64,
 }
 
 impl EdgeTable {

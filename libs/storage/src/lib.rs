@@ -7,6 +7,7 @@
 
 pub mod edges;
 pub mod leader;
+pub mod offsets;
 pub mod outbox;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};

@@ -36,6 +36,22 @@ impl Telemetry {
 /// # Errors
 /// The OTLP exporter cannot be built, or a global subscriber is already set.
 pub fn init(service_name: &'static str) -> anyhow::Result<Telemetry> {
+    init_with(service_name, false)
+}
+
+/// [`init`] for in-process tests: logs go through the test harness's capture (default level
+/// `warn`), and a second call is a no-op.
+pub fn init_for_tests() {
+    static ONCE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        // Leaked on purpose: the provider lives as long as the test process.
+        if let Ok(t) = init_with("socialgraph-tests", true) {
+            std::mem::forget(t);
+        }
+    });
+}
+
+fn init_with(service_name: &'static str, for_tests: bool) -> anyhow::Result<Telemetry> {
     let mut builder = SdkTracerProvider::builder().with_resource(
         opentelemetry_sdk::Resource::builder().with_service_name(service_name).build(),
     );
@@ -46,13 +62,18 @@ pub fn init(service_name: &'static str) -> anyhow::Result<Telemetry> {
     let provider = builder.build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = if std::env::var("SG_LOG_FORMAT").is_ok_and(|v| v == "json") {
+    let default_level = if for_tests { "warn" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let fmt = if for_tests {
+        tracing_subscriber::fmt::layer().with_test_writer().boxed()
+    } else if std::env::var("SG_LOG_FORMAT").is_ok_and(|v| v == "json") {
         tracing_subscriber::fmt::layer().json().with_current_span(true).boxed()
     } else {
         tracing_subscriber::fmt::layer().boxed()
     };
-    tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init()?;
+    // The level filter applies to logs only: spans must exist at every level so that trace
+    // context (and the `traceparent` record header) survives RUST_LOG=warn.
+    tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel).try_init()?;
     Ok(Telemetry { provider })
 }
 

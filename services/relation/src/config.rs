@@ -163,3 +163,9 @@ pub struct AuthSettings {
     #[serde(skip_serializing)]
     pub page_token_secret: Option<SecretString>,
 }
+
+impl socialgraph_server::cli::ServiceConfig for Config {
+    fn server(&self) -> &ServerSettings {
+        &self.server
+    }
+}

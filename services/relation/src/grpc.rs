@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use socialgraph_domain::{Edge, EdgeState, ListKind, timestamp_from_ms, timestamp_to_ms, validate_user_id};
 use socialgraph_proto::relation::v1 as pb;
 use socialgraph_proto::relation::v1::relation_service_server::RelationService;
@@ -33,15 +33,7 @@ impl RelationGrpc {
     }
 
     fn require_admin<T>(&self, req: &Request<T>) -> ApiResult<()> {
-        let Some(token) = &self.admin_token else {
-            return Err(ApiError::PermissionDenied("admin RPCs are disabled: configure auth.admin_token".into()));
-        };
-        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
-        let expected = format!("Bearer {}", token.expose_secret());
-        // Compare in constant time so the token cannot be guessed byte by byte.
-        let same = given.len() == expected.len()
-            && given.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        if same { Ok(()) } else { Err(ApiError::Unauthenticated("missing or wrong admin bearer token".into())) }
+        socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())
     }
 }
 

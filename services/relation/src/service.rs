@@ -8,9 +8,10 @@ use prometheus::IntCounter;
 use prost::Message;
 use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use socialgraph_cache::{keys::Keys, rate_limit::{TokenBucket, Verdict}};
-use socialgraph_domain::{Cursor, Edge, EdgeState, ListKind, PageToken, PageTokenKey, Violation, validate_user_id};
+use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, Violation, validate_user_id};
 use socialgraph_events::headers;
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
@@ -150,13 +151,7 @@ impl Relations {
             config.limits.follow_refill_per_day,
             std::time::Duration::from_millis(config.redis.timeout_ms),
         );
-        let token_key = match &config.auth.page_token_secret {
-            Some(s) => PageTokenKey::new(secrecy::ExposeSecret::expose_secret(s).as_bytes()),
-            None => {
-                tracing::warn!("auth.page_token_secret is not set: page tokens use the development key");
-                PageTokenKey::new(b"socialgraph-development-page-token-key")
-            }
-        };
+        let token_key = page_token_key(config.auth.page_token_secret.as_ref());
         Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed }
     }
 
@@ -304,60 +299,25 @@ impl Relations {
         Ok(outcome)
     }
 
-    fn cursor(&self, token: &str, kind: ListKind, a: i64, b: i64) -> ApiResult<Option<Cursor>> {
-        self.token_key.decode(token, kind, a, b).map_err(|e| ApiError::InvalidArgument {
-            reason: "BAD_PAGE_TOKEN",
-            violations: vec![Violation::new("page_token", e.to_string())],
-        })
-    }
-
-    fn page(&self, mut entries: Vec<ListEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> Page {
-        let next_page_token = if entries.len() > size {
-            entries.truncate(size);
-            let last = entries[size - 1];
-            self.token_key.encode(&PageToken {
-                kind,
-                a,
-                b,
-                cursor: Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id },
-            })
-        } else {
-            String::new()
-        };
-        Page { entries, next_page_token }
-    }
-
     /// One page of a list named by `kind` and owners `a`, `b` (b = 0 for one-owner lists).
     ///
     /// # Errors
     /// INVALID_ARGUMENT for bad ids, page size or token; UNAVAILABLE.
     pub async fn list(&self, kind: ListKind, a: i64, b: i64, page_size: i32, token: &str) -> ApiResult<Page> {
-        let (fa, fb) = match kind {
-            ListKind::CommonFollowing => ("user_id", "other_user_id"),
-            ListKind::FamiliarFollowers => ("viewer_id", "user_id"),
-            _ => ("user_id", ""),
+        let owners: &[(&str, i64)] = match kind {
+            ListKind::CommonFollowing => &[("user_id", a), ("other_user_id", b)],
+            ListKind::FamiliarFollowers => &[("viewer_id", a), ("user_id", b)],
+            _ => &[("user_id", a)],
         };
-        let mut bad: Vec<Violation> = validate_user_id(fa, a).err().into_iter().collect();
-        if !fb.is_empty() {
-            bad.extend(validate_user_id(fb, b).err());
-        }
-        let size = socialgraph_domain::page_size(page_size).map_err(|d| Violation::new("page_size", d));
-        if let Err(v) = &size {
-            bad.push(v.clone());
-        }
-        if !bad.is_empty() {
-            return Err(bad.into());
-        }
-        let size = size.unwrap_or_default();
-        let after = self.cursor(token, kind, a, b)?;
+        let req = page_request(&self.token_key, kind, owners, page_size, token)?;
         let rows = match kind {
-            ListKind::Following => edges::list(&self.db, EdgeTable::Following, a, after, size + 1).await,
-            ListKind::Followers => edges::list(&self.db, EdgeTable::Follower, a, after, size + 1).await,
-            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, after, size + 1).await,
-            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, after, size + 1).await,
+            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, req.after, req.size + 1).await,
+            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, req.after, req.size + 1).await,
+            _ => edges::list(&self.db, EdgeTable::Following, a, req.after, req.size + 1).await,
         }
         .map_err(db_error)?;
-        Ok(self.page(rows, size, kind, a, b))
+        let (entries, next_page_token) = self.token_key.finish(rows, req.size, kind, a, b);
+        Ok(Page { entries, next_page_token })
     }
 
     /// Both directions between `user_id` and each of `others`, in request order:

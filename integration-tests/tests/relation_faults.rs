@@ -1,0 +1,92 @@
+//! relation-svc when its dependencies fail: Redis down (fail open / fail closed), and the
+//! broker killed in the middle of a workload. Each test runs its own private instance.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use prost::Message;
+use socialgraph_integration_tests::{metric, outbox_drained, relation_config, spawn_relation};
+use socialgraph_proto::events::v1::RelationEvent;
+use socialgraph_proto::relation::v1::FollowRequest;
+use socialgraph_relation::config::OnRedisError;
+use socialgraph_testkit::{Backend, TestDb, kafka, process};
+use tonic::Code;
+
+async fn follows_with_redis_down(mode: OnRedisError) -> anyhow::Result<()> {
+    let db = TestDb::create(Backend::Postgres).await?;
+    let mut redis = process::redis(0).await?;
+    let mut config = relation_config(&db.url, &socialgraph_testkit::unique("sg.relation.test."));
+    config.redis.url = format!("redis://127.0.0.1:{}", redis.port);
+    config.limits.on_redis_error = mode;
+    let svc = spawn_relation(config).await?;
+    let mut c = svc.client().await?;
+    assert!(c.follow(FollowRequest { follower_id: 1, followee_id: 2 }).await?.into_inner().changed);
+    redis.kill().await?;
+    let result = c.follow(FollowRequest { follower_id: 1, followee_id: 3 }).await;
+    let bypassed = metric(&svc.metrics().await?, "sg_rate_limit_bypassed_total");
+    match mode {
+        OnRedisError::Open => {
+            assert!(result?.into_inner().changed, "fail open: the follow goes through");
+            assert_eq!(bypassed, 1.0, "and is counted");
+        }
+        OnRedisError::Closed => {
+            let e = result.unwrap_err();
+            assert_eq!(e.code(), Code::Unavailable, "fail closed: UNAVAILABLE, not a silent failure");
+            assert_eq!(bypassed, 0.0);
+        }
+    }
+    svc.stop().await?;
+    db.drop_db().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follows_go_through_and_are_counted_when_redis_is_down_and_failing_open() -> anyhow::Result<()> {
+    follows_with_redis_down(OnRedisError::Open).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follows_are_refused_with_unavailable_when_redis_is_down_and_failing_closed() -> anyhow::Result<()> {
+    follows_with_redis_down(OnRedisError::Closed).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_broker_during_a_workload_loses_no_event() -> anyhow::Result<()> {
+    let db = TestDb::create(Backend::Postgres).await?;
+    let dir = std::env::temp_dir().join(socialgraph_testkit::unique("sg-broker-"));
+    let port = process::free_port()?;
+    let mut broker = process::broker(port, &dir).await?;
+    let topic = socialgraph_testkit::unique("sg.relation.test.");
+    let mut config = relation_config(&db.url, &topic);
+    config.kafka.brokers = vec![format!("127.0.0.1:{port}")];
+    config.kafka.request_deadline_ms = 1000;
+    let svc = spawn_relation(config).await?;
+    let mut c = svc.client().await?;
+
+    let mut expected = HashSet::new();
+    for i in 0..600_i64 {
+        let (a, b) = (1 + i % 20, 100 + i);
+        c.follow(FollowRequest { follower_id: a, followee_id: b }).await?;
+        expected.insert((a, b));
+        if i == 200 {
+            broker.kill().await?;
+        }
+        if i == 400 {
+            // Writes keep working while the broker is down: they wait in the outbox.
+            let (backlog, _) = socialgraph_storage::outbox::backlog(&db.conn).await?;
+            assert!(backlog > 0, "events wait in the outbox while the broker is down");
+            broker = process::broker(port, &dir).await?;
+        }
+    }
+    outbox_drained(&db, Duration::from_secs(90)).await?;
+    let client = kafka::connect(&[format!("127.0.0.1:{port}")]).await?;
+    let got: HashSet<(i64, i64)> = kafka::read_all(&client, &topic)
+        .await?
+        .iter()
+        .map(|(_, r)| RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()).map(|e| (e.follower_id, e.followee_id)))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(got, expected, "every event reached the broker");
+    svc.stop().await?;
+    broker.kill().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    db.drop_db().await
+}

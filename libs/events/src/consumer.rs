@@ -1,0 +1,211 @@
+//! Partition consumers: each owned partition is read by one task that fetches a batch, hands it
+//! to a [`BatchHandler`] (which applies it and stores the next offset atomically with its
+//! effects), and moves on. rskafka has no consumer groups, so ownership comes from config
+//! ([`Assignment`]) and positions from the handler's own store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rskafka::client::Client;
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+use rskafka::record::RecordAndOffset;
+use serde::{Deserialize, Serialize};
+use tokio::sync::RwLock;
+use tokio_util::sync::CancellationToken;
+
+/// Boxed error of a handler.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Which partitions of a topic this replica consumes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Assignment {
+    /// Every partition.
+    All,
+    /// These partitions.
+    List(Vec<i32>),
+    /// Replica `ordinal` of `count` (e.g. a StatefulSet's pod ordinal): partitions p with
+    /// `p % count == ordinal`.
+    Replica {
+        /// This replica's index, 0-based.
+        ordinal: u32,
+        /// Number of replicas.
+        count: u32,
+    },
+}
+
+impl Default for Assignment {
+    fn default() -> Self {
+        Self::All
+    }
+}
+
+impl Assignment {
+    /// The owned partitions of a topic with `total` partitions, ascending.
+    pub fn partitions(&self, total: i32) -> Vec<i32> {
+        match self {
+            Self::All => (0..total).collect(),
+            Self::List(list) => {
+                let mut v: Vec<i32> = list.iter().copied().filter(|p| (0..total).contains(p)).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+            Self::Replica { ordinal, count } => {
+                (0..total).filter(|p| (*p as u32) % (*count).max(1) == *ordinal).collect()
+            }
+        }
+    }
+}
+
+/// Applies fetched records. Implementations store `next_offset` in the same transaction (or
+/// atomic script) as the effects of `records`, so that replays change nothing.
+pub trait BatchHandler: Send + Sync + 'static {
+    /// The stored next offset of `topic`/`partition`, `None` when never consumed.
+    fn load_offset(&self, topic: &str, partition: i32) -> impl std::future::Future<Output = Result<Option<i64>, BoxError>> + Send;
+    /// Applies `records` (offset order, one partition) and stores `next_offset`.
+    fn apply(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[RecordAndOffset],
+        next_offset: i64,
+    ) -> impl std::future::Future<Output = Result<(), BoxError>> + Send;
+}
+
+/// Progress of one partition, for status RPCs and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionProgress {
+    /// Next offset to apply.
+    pub next_offset: i64,
+    /// High watermark at the last fetch.
+    pub high_watermark: i64,
+    /// Timestamp (ms) of the last applied record, if any.
+    pub last_event_ms: Option<i64>,
+    /// True once the consumer loop runs.
+    pub running: bool,
+}
+
+impl PartitionProgress {
+    /// Records not yet applied: high watermark − next offset, never negative.
+    pub fn lag(&self) -> i64 {
+        (self.high_watermark - self.next_offset).max(0)
+    }
+}
+
+/// Progress of every owned partition by (topic, partition); shared by consumers and readers.
+pub type Progress = Arc<RwLock<BTreeMap<(String, i32), PartitionProgress>>>;
+
+/// Fetch settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsumerSettings {
+    /// Which partitions to consume.
+    pub partitions: Assignment,
+    /// Longest time a fetch waits on the broker for data (small: the broker never answers
+    /// early).
+    pub max_wait_ms: i32,
+    /// Most bytes per fetch.
+    pub max_bytes: i32,
+    /// Longest idle sleep between empty fetches.
+    pub idle_max_ms: u64,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        Self { partitions: Assignment::All, max_wait_ms: 5, max_bytes: 4 * 1024 * 1024, idle_max_ms: 50 }
+    }
+}
+
+/// Consumes `topic`/`partition` into `handler` until `cancel` fires; stops at a batch
+/// boundary. Handler failures retry the same batch from the stored offset after a backoff.
+pub async fn run_partition<H: BatchHandler>(
+    client: Arc<Client>,
+    topic: String,
+    partition: i32,
+    handler: Arc<H>,
+    progress: Progress,
+    settings: ConsumerSettings,
+    cancel: CancellationToken,
+) {
+    let key = (topic.clone(), partition);
+    let mut failures = 0u32;
+    while !cancel.is_cancelled() {
+        let result = consume(&client, &topic, partition, handler.as_ref(), &progress, &settings, &cancel).await;
+        if let Err(e) = result {
+            failures += 1;
+            let wait = Duration::from_millis((50u64 << failures.min(6)).min(5_000));
+            tracing::warn!(topic, partition, error = %e, retry_in_ms = wait.as_millis() as u64, "consumer failed; restarting from the stored offset");
+            tokio::select! { _ = tokio::time::sleep(wait) => {}, _ = cancel.cancelled() => {} }
+        }
+    }
+    if let Some(p) = progress.write().await.get_mut(&key) {
+        p.running = false;
+    }
+}
+
+async fn consume<H: BatchHandler>(
+    client: &Client,
+    topic: &str,
+    partition: i32,
+    handler: &H,
+    progress: &Progress,
+    settings: &ConsumerSettings,
+    cancel: &CancellationToken,
+) -> Result<(), BoxError> {
+    let pc = client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
+    let mut offset = match handler.load_offset(topic, partition).await? {
+        Some(o) => o,
+        None => pc.get_offset(OffsetAt::Earliest).await?,
+    };
+    let key = (topic.to_owned(), partition);
+    progress.write().await.entry(key.clone()).or_default().next_offset = offset;
+    let mut idle = Duration::from_millis(1);
+    loop {
+        let fetched = tokio::select! {
+            r = pc.fetch_records(offset, 1..settings.max_bytes, settings.max_wait_ms) => r?,
+            _ = cancel.cancelled() => return Ok(()),
+        };
+        let (records, high_watermark) = fetched;
+        let records: Vec<RecordAndOffset> = records.into_iter().filter(|r| r.offset >= offset).collect();
+        {
+            let mut map = progress.write().await;
+            let p = map.entry(key.clone()).or_default();
+            p.high_watermark = high_watermark;
+            p.running = true;
+        }
+        let Some(last) = records.last() else {
+            tokio::select! { _ = tokio::time::sleep(idle) => {}, _ = cancel.cancelled() => return Ok(()) }
+            idle = (idle * 2).min(Duration::from_millis(settings.idle_max_ms));
+            continue;
+        };
+        idle = Duration::from_millis(1);
+        let next = last.offset + 1;
+        let last_ms = last.record.timestamp.timestamp_millis();
+        handler.apply(topic, partition, &records, next).await?;
+        offset = next;
+        let mut map = progress.write().await;
+        let p = map.entry(key.clone()).or_default();
+        p.next_offset = next;
+        p.last_event_ms = Some(last_ms);
+        if cancel.is_cancelled() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignments_split_partitions_without_overlap() {
+        assert_eq!(Assignment::All.partitions(4), [0, 1, 2, 3]);
+        assert_eq!(Assignment::List(vec![3, 1, 9, 1]).partitions(4), [1, 3]);
+        let mut all: Vec<i32> = (0..3).flat_map(|o| Assignment::Replica { ordinal: o, count: 3 }.partitions(12)).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..12).collect::<Vec<_>>());
+        assert_eq!(Assignment::Replica { ordinal: 1, count: 3 }.partitions(12), [1, 4, 7, 10]);
+    }
+}

@@ -1,0 +1,139 @@
+//! Applying relation events to the follower table, effectively-once: an event changes an edge
+//! only when its version is newer than the stored one, and the partition's next offset is
+//! stored in the same transaction as the rows of the batch.
+
+use std::collections::HashMap;
+
+use prometheus::{IntCounter, IntCounterVec};
+use prost::Message;
+use rskafka::record::RecordAndOffset;
+use sea_orm::{DatabaseConnection, TransactionTrait};
+use socialgraph_domain::{Edge, EdgeState, timestamp_to_ms};
+use socialgraph_events::consumer::{BatchHandler, BoxError};
+use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_storage::offsets::{self, StoredOffset};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Attempts of one batch transaction that lost a race with a rebuild.
+const MAX_ATTEMPTS: usize = 10;
+
+/// The projection's [`BatchHandler`].
+pub struct Projector {
+    /// The projection database.
+    pub db: DatabaseConnection,
+    /// Name in `consumer_offset`.
+    pub consumer: String,
+    /// Events applied (changed a row).
+    pub applied: IntCounter,
+    /// Records skipped: stale version, or undecodable (by `reason`).
+    pub skipped: IntCounterVec,
+}
+
+/// The edge an event describes.
+pub fn edge_of(e: &RelationEvent) -> Edge {
+    Edge {
+        follower_id: e.follower_id,
+        followee_id: e.followee_id,
+        state: if e.kind == RelationEventKind::Followed as i32 { EdgeState::Following } else { EdgeState::NotFollowing },
+        version: e.version,
+        followed_at_ms: e.followed_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
+        updated_at_ms: e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
+    }
+}
+
+impl Projector {
+    /// The newest event per edge in a batch, linking the batch span to each producer's trace.
+    fn newest(&self, records: &[RecordAndOffset], span: &tracing::Span) -> HashMap<(i64, i64), Edge> {
+        let mut newest: HashMap<(i64, i64), Edge> = HashMap::new();
+        for r in records {
+            let event = match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+                Ok(e) if e.follower_id > 0 && e.followee_id > 0 && e.version > 0 => e,
+                Ok(_) | Err(_) => {
+                    self.skipped.with_label_values(&["undecodable"]).inc();
+                    tracing::warn!(offset = r.offset, "skipping a record that is not a valid RelationEvent");
+                    continue;
+                }
+            };
+            link_producer(span, &r.record.headers);
+            let edge = edge_of(&event);
+            let slot = newest.entry((edge.follower_id, edge.followee_id)).or_insert(edge);
+            if edge.version > slot.version {
+                *slot = edge;
+            } else if edge.version < slot.version {
+                self.skipped.with_label_values(&["stale"]).inc();
+            }
+        }
+        newest
+    }
+
+    async fn apply_once(
+        &self,
+        topic: &str,
+        newest: &HashMap<(i64, i64), Edge>,
+        position: StoredOffset,
+    ) -> Result<u64, sea_orm::DbErr> {
+        let txn = self.db.begin().await?;
+        let pairs: Vec<(i64, i64)> = newest.keys().copied().collect();
+        let stored: HashMap<(i64, i64), Edge> = edges::get_many(&txn, EdgeTable::Follower, &pairs, true)
+            .await?
+            .into_iter()
+            .map(|e| ((e.follower_id, e.followee_id), e))
+            .collect();
+        let (mut inserts, mut changed) = (Vec::new(), 0u64);
+        for (key, edge) in newest {
+            match stored.get(key) {
+                None => inserts.push(*edge),
+                Some(old) if edge.version > old.version => {
+                    edges::update(&txn, EdgeTable::Follower, edge).await?;
+                    changed += 1;
+                }
+                Some(_) => self.skipped.with_label_values(&["stale"]).inc(),
+            }
+        }
+        changed += inserts.len() as u64;
+        for chunk in inserts.chunks(1000) {
+            edges::insert(&txn, EdgeTable::Follower, chunk).await?;
+        }
+        offsets::store(&txn, &self.consumer, topic, position, crate::now_ms()).await?;
+        txn.commit().await?;
+        Ok(changed)
+    }
+}
+
+fn link_producer(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
+    let probe = tracing::Span::none();
+    socialgraph_telemetry::set_parent_from_headers(&probe, headers);
+    use opentelemetry::trace::TraceContextExt;
+    let cx = probe.context();
+    let producer = cx.span().span_context().clone();
+    if producer.is_valid() {
+        span.add_link(producer);
+    }
+}
+
+impl BatchHandler for Projector {
+    async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
+        let stored = offsets::list(&self.db, &self.consumer, topic).await?;
+        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+    }
+
+    async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
+        let span = tracing::info_span!("projection.apply", partition, offset = next_offset - 1, records = records.len());
+        let newest = self.newest(records, &span);
+        let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
+        let position = StoredOffset { partition, next_offset, last_event_ms };
+        let mut attempt = 0;
+        loop {
+            match self.apply_once(topic, &newest, position).instrument(span.clone()).await {
+                Ok(changed) => {
+                    self.applied.inc_by(changed);
+                    return Ok(());
+                }
+                Err(e) if socialgraph_storage::is_retryable(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(Box::new(e)),
+            }
+        }
+    }
+}

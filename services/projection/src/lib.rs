@@ -1,0 +1,151 @@
+//! projection-svc: consumes `sg.relation.v1` into the `follower` table (effectively-once:
+//! version check per edge, offsets stored in the same transaction) and serves follower-side
+//! reads, status and rebuilds.
+
+pub mod apply;
+pub mod config;
+pub mod grpc;
+pub mod service;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use sea_orm_migration::MigratorTrait;
+use socialgraph_events::consumer::{Progress, run_partition};
+use socialgraph_proto::projection::v1::projection_service_server::ProjectionServiceServer;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_server::Readiness;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// Full gRPC name of the service.
+pub const SERVICE_NAME: &str = "socialgraph.projection.v1.ProjectionService";
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
+}
+
+/// Runs projection-svc on `grpc` and `admin` until `shutdown` fires: drains RPCs, then stops
+/// the consumers at a batch boundary (their offsets are already stored with each batch).
+///
+/// # Errors
+/// Start-up failures (database unreachable, migrations, bad relation URL) and transport
+/// failures.
+pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections)
+        .await
+        .context("connecting to the database")?;
+    if config.database.migrate_on_start {
+        socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    }
+    let registry = Registry::new();
+    let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
+    let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
+    let lag = IntGaugeVec::new(Opts::new("sg_projection_lag_records", "Records not yet applied, per partition"), &["partition"])?;
+    registry.register(Box::new(applied.clone()))?;
+    registry.register(Box::new(skipped.clone()))?;
+    registry.register(Box::new(lag.clone()))?;
+
+    let progress: Progress = Progress::default();
+    let channel = tonic::transport::Channel::from_shared(config.relation.url.clone())
+        .context("relation.url")?
+        .connect_lazy();
+    let projection = Arc::new(service::Projection {
+        db: db.clone(),
+        token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
+        consumer: config.database.consumer_name.clone(),
+        topic: config.kafka.relation_topic.clone(),
+        progress: progress.clone(),
+        relation: RelationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+        relation_token: config.relation.admin_token.clone(),
+    });
+    let projector = Arc::new(apply::Projector { db: db.clone(), consumer: config.database.consumer_name.clone(), applied, skipped });
+
+    let readiness = Readiness::default();
+    let loops = CancellationToken::new();
+    let consumers = tokio::spawn(consume(config.clone(), projector, progress.clone(), lag, readiness.clone(), loops.clone()));
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
+    let routes = tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(
+        projection,
+        config.auth.admin_token.clone(),
+    )));
+    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], grpc, &config.server, readiness, shutdown).await;
+    loops.cancel();
+    let _ = consumers.await;
+    let _ = admin_task.await;
+    db.close().await.ok();
+    served
+}
+
+/// Connects to Kafka (retrying while it is down), makes sure the topic exists, starts one
+/// consumer per owned partition, and keeps readiness and lag metrics current.
+async fn consume(
+    config: Config,
+    projector: Arc<apply::Projector>,
+    progress: Progress,
+    lag: IntGaugeVec,
+    readiness: Readiness,
+    cancel: CancellationToken,
+) {
+    let deadline = Duration::from_millis(config.kafka.request_deadline_ms);
+    let topic = config.kafka.relation_topic.clone();
+    let (client, total) = loop {
+        let attempt = async {
+            let client = socialgraph_events::kafka::connect(&config.kafka.brokers, deadline).await?;
+            let total = socialgraph_events::kafka::ensure_topic(&client, &topic, config.kafka.partitions).await?;
+            Ok::<_, socialgraph_events::KafkaError>((client, total))
+        };
+        tokio::select! {
+            r = attempt => match r {
+                Ok(v) => break v,
+                Err(e) => tracing::warn!(error = %e, "consumer: kafka unavailable, retrying"),
+            },
+            _ = cancel.cancelled() => return,
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    };
+    let client = Arc::new(client);
+    let owned = config.consumer.partitions.partitions(total);
+    tracing::info!(topic, ?owned, "consuming");
+    let mut tasks = Vec::new();
+    for p in owned.iter().copied() {
+        tasks.push(tokio::spawn(run_partition(
+            Arc::clone(&client),
+            topic.clone(),
+            p,
+            Arc::clone(&projector),
+            progress.clone(),
+            config.consumer.clone(),
+            cancel.clone(),
+        )));
+    }
+    while !cancel.is_cancelled() {
+        {
+            let map = progress.read().await;
+            let running = owned.iter().all(|p| map.get(&(topic.clone(), *p)).is_some_and(|s| s.running));
+            readiness.set(running);
+            for ((_, p), s) in map.iter() {
+                lag.with_label_values(&[&p.to_string()]).set(s.lag());
+            }
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_millis(200)) => {}, _ = cancel.cancelled() => {} }
+    }
+    readiness.set(false);
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// Connects to the configured database and runs pending migrations.
+///
+/// # Errors
+/// The database is unreachable or a migration failed.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, 2).await.context("connecting to the database")?;
+    socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    Ok(())
+}

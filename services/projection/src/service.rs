@@ -1,0 +1,289 @@
+//! Follower-side reads from the projection, and its rebuild from relation-svc.
+
+use std::collections::{HashMap, VecDeque};
+
+use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
+use secrecy::{ExposeSecret, SecretString};
+use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, timestamp_to_ms, validate_user_id};
+use socialgraph_events::consumer::Progress;
+use socialgraph_proto::relation::v1 as rpb;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_server::paging::page_request;
+use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry, ScanFilter};
+use socialgraph_storage::offsets::{self, StoredOffset};
+use tonic::transport::Channel;
+
+/// The projection's read side and rebuild.
+pub struct Projection {
+    /// The projection database.
+    pub db: DatabaseConnection,
+    /// Signs page tokens.
+    pub token_key: PageTokenKey,
+    /// Name of this consumer in `consumer_offset`.
+    pub consumer: String,
+    /// The consumed topic.
+    pub topic: String,
+    /// Progress of the owned partitions, shared with the consumers.
+    pub progress: Progress,
+    /// relation-svc (lazy connection) and its admin token, for rebuilds.
+    pub relation: RelationServiceClient<Channel>,
+    /// Bearer token for relation-svc's ScanEdges.
+    pub relation_token: Option<SecretString>,
+}
+
+/// Edge counts with the offsets they reflect.
+#[derive(Debug, Clone)]
+pub struct EdgeCounts {
+    /// Accounts the user follows.
+    pub followings: i64,
+    /// Accounts following the user.
+    pub followers: i64,
+    /// Stored offsets, read in the same snapshot.
+    pub offsets: Vec<StoredOffset>,
+}
+
+/// Counts of a rebuild.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RebuildCounts {
+    /// Edges read from relation-svc.
+    pub edges_scanned: i64,
+    /// Rows inserted or corrected.
+    pub rows_written: i64,
+    /// Rows removed.
+    pub rows_deleted: i64,
+}
+
+fn db_error(e: DbErr) -> ApiError {
+    match e {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ApiError::Unavailable("database unreachable".into()),
+        other => ApiError::internal(other),
+    }
+}
+
+fn scan_error(e: tonic::Status) -> ApiError {
+    ApiError::Unavailable(format!("relation-svc scan failed: {}", e.message()))
+}
+
+fn edge_from_pb(e: &rpb::Edge) -> Edge {
+    Edge {
+        follower_id: e.follower_id,
+        followee_id: e.followee_id,
+        state: if e.following { EdgeState::Following } else { EdgeState::NotFollowing },
+        version: e.version,
+        followed_at_ms: e.followed_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
+        updated_at_ms: e.updated_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
+    }
+}
+
+impl Projection {
+    /// One page of `user_id`'s followers, newest first.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id, size or token; UNAVAILABLE.
+    pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<(Vec<ListEntry>, String)> {
+        let req = page_request(&self.token_key, ListKind::Followers, &[("user_id", user_id)], page_size, token)?;
+        let rows = edges::list(&self.db, EdgeTable::Follower, user_id, req.after, req.size + 1).await.map_err(db_error)?;
+        Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0))
+    }
+
+    /// For each candidate, in request order: its follow edge to `user_id` if it follows.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
+    pub async fn check_followers(&self, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<Edge>>> {
+        let mut bad: Vec<_> = validate_user_id("user_id", user_id).err().into_iter().collect();
+        if let Err(v) = socialgraph_domain::validate_batch("candidate_ids", candidates) {
+            bad.extend(v);
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();
+        let found: HashMap<i64, Edge> = edges::get_many(&self.db, EdgeTable::Follower, &pairs, false)
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .filter(|e| e.state == EdgeState::Following)
+            .map(|e| (e.follower_id, e))
+            .collect();
+        Ok(candidates.iter().map(|c| found.get(c).copied()).collect())
+    }
+
+    /// Exact follower count of `user_id`.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id; UNAVAILABLE.
+    pub async fn count_followers(&self, user_id: i64) -> ApiResult<i64> {
+        validate_user_id("user_id", user_id)?;
+        edges::count(&self.db, EdgeTable::Follower, Col::FolloweeId, user_id).await.map_err(db_error)
+    }
+
+    /// Followings and followers of `user_id` and the stored offsets, in one snapshot.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id; UNAVAILABLE.
+    pub async fn edge_counts(&self, user_id: i64) -> ApiResult<EdgeCounts> {
+        validate_user_id("user_id", user_id)?;
+        let read = async {
+            let txn = match self.db.get_database_backend() {
+                DbBackend::Sqlite => self.db.begin().await?,
+                _ => self.db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await?,
+            };
+            let followings = edges::count(&txn, EdgeTable::Follower, Col::FollowerId, user_id).await?;
+            let followers = edges::count(&txn, EdgeTable::Follower, Col::FolloweeId, user_id).await?;
+            let offsets = offsets::list(&txn, &self.consumer, &self.topic).await?;
+            txn.commit().await?;
+            Ok::<_, DbErr>(EdgeCounts { followings, followers, offsets })
+        };
+        read.await.map_err(db_error)
+    }
+
+    fn admin<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(t) = &self.relation_token {
+            if let Ok(v) = format!("Bearer {}", t.expose_secret()).parse() {
+                req.metadata_mut().insert("authorization", v);
+            }
+        }
+        req
+    }
+
+    /// The source's current row for one edge (a one-row ScanEdges), `None` if it never existed.
+    async fn source_edge(&self, follower_id: i64, followee_id: i64) -> ApiResult<Option<Edge>> {
+        let req = rpb::ScanEdgesRequest {
+            after: Some(rpb::EdgeCursor { follower_id, followee_id: followee_id - 1 }),
+            limit: 1,
+            follower_id,
+            followee_id,
+            page_size: 1,
+        };
+        let mut stream = self.relation.clone().scan_edges(self.admin(req)).await.map_err(scan_error)?.into_inner();
+        let page = stream.message().await.map_err(scan_error)?;
+        Ok(page.and_then(|p| p.edges.first().map(edge_from_pb)).filter(|e| (e.follower_id, e.followee_id) == (follower_id, followee_id)))
+    }
+
+    /// Makes the follower row of `key` agree with the source. `scanned` is the source row as
+    /// the scan saw it (maybe stale). A stored row newer than the scan, or absent from it, is
+    /// checked against a fresh read of the source, which is never behind a legitimately
+    /// projected row: whatever disagrees with that fresh read was damaged and is corrected.
+    async fn repair(&self, key: (i64, i64), scanned: Option<Edge>, counts: &mut RebuildCounts) -> ApiResult<()> {
+        let txn = self.db.begin().await.map_err(db_error)?;
+        let stored = edges::get(&txn, EdgeTable::Follower, key.0, key.1, true).await.map_err(db_error)?;
+        let target = match (stored, scanned) {
+            (Some(t), Some(s)) if t == s => None,
+            (None, Some(s)) => Some(Some(s)),
+            (Some(t), Some(s)) if t.version <= s.version => Some(Some(s)),
+            (None, None) => None,
+            (Some(_), _) => Some(self.source_edge(key.0, key.1).await?),
+        };
+        match (target, stored) {
+            (Some(Some(s)), None) => {
+                edges::insert(&txn, EdgeTable::Follower, &[s]).await.map_err(db_error)?;
+                counts.rows_written += 1;
+            }
+            (Some(Some(s)), Some(t)) if s != t => {
+                edges::update(&txn, EdgeTable::Follower, &s).await.map_err(db_error)?;
+                counts.rows_written += 1;
+            }
+            (Some(None), Some(_)) => {
+                edges::delete(&txn, EdgeTable::Follower, key.0, key.1).await.map_err(db_error)?;
+                counts.rows_deleted += 1;
+            }
+            _ => {}
+        }
+        txn.commit().await.map_err(db_error)
+    }
+
+    async fn scan_source(&self, req: rpb::ScanEdgesRequest) -> ApiResult<tonic::Streaming<rpb::ScanEdgesResponse>> {
+        Ok(self.relation.clone().scan_edges(self.admin(req)).await.map_err(scan_error)?.into_inner())
+    }
+
+    /// Re-derives the follower rows where `user_id` is follower or followee.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id; UNAVAILABLE when relation-svc or the database fails.
+    pub async fn rebuild_user(&self, user_id: i64) -> ApiResult<RebuildCounts> {
+        validate_user_id("user_id", user_id)?;
+        let mut counts = RebuildCounts::default();
+        let mut source: HashMap<(i64, i64), Edge> = HashMap::new();
+        for req in [
+            rpb::ScanEdgesRequest { follower_id: user_id, ..Default::default() },
+            rpb::ScanEdgesRequest { followee_id: user_id, ..Default::default() },
+        ] {
+            let mut stream = self.scan_source(req).await?;
+            while let Some(page) = stream.message().await.map_err(scan_error)? {
+                counts.edges_scanned += page.edges.len() as i64;
+                source.extend(page.edges.iter().map(|e| ((e.follower_id, e.followee_id), edge_from_pb(e))));
+            }
+        }
+        let mut stored = Vec::new();
+        for filter in [ScanFilter { follower_id: Some(user_id), ..Default::default() }, ScanFilter { followee_id: Some(user_id), ..Default::default() }] {
+            stored.extend(edges::scan(&self.db, EdgeTable::Follower, filter, usize::MAX >> 1).await.map_err(db_error)?);
+        }
+        let mut keys: Vec<(i64, i64)> = source.keys().copied().chain(stored.iter().map(|e| (e.follower_id, e.followee_id))).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            self.repair(key, source.get(&key).copied(), &mut counts).await?;
+        }
+        Ok(counts)
+    }
+
+    /// Re-derives the whole follower table: a merge of relation-svc's ScanEdges with the
+    /// follower table, both in (follower_id, followee_id) order, repairing each difference.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when relation-svc or the database fails.
+    pub async fn rebuild_all(&self) -> ApiResult<RebuildCounts> {
+        let mut counts = RebuildCounts::default();
+        let mut stream = self.scan_source(rpb::ScanEdgesRequest { page_size: 5000, ..Default::default() }).await?;
+        let mut stored: VecDeque<Edge> = VecDeque::new();
+        let mut stored_after: Option<(i64, i64)> = None;
+        let mut stored_done = false;
+        let mut source: VecDeque<Edge> = VecDeque::new();
+        let mut source_done = false;
+        loop {
+            if source.is_empty() && !source_done {
+                match stream.message().await.map_err(scan_error)? {
+                    Some(page) => {
+                        counts.edges_scanned += page.edges.len() as i64;
+                        source.extend(page.edges.iter().map(edge_from_pb));
+                    }
+                    None => source_done = true,
+                }
+            }
+            if stored.is_empty() && !stored_done {
+                let page = edges::scan(&self.db, EdgeTable::Follower, ScanFilter { after: stored_after, ..Default::default() }, 5000)
+                    .await
+                    .map_err(db_error)?;
+                stored_done = page.len() < 5000;
+                stored_after = page.last().map(|e| (e.follower_id, e.followee_id)).or(stored_after);
+                stored.extend(page);
+            }
+            let key = |e: &Edge| (e.follower_id, e.followee_id);
+            match (source.front().copied(), stored.front().copied()) {
+                (None, None) => return Ok(counts),
+                (Some(s), Some(t)) if key(&s) == key(&t) => {
+                    source.pop_front();
+                    stored.pop_front();
+                    if s != t {
+                        self.repair(key(&s), Some(s), &mut counts).await?;
+                    }
+                }
+                (Some(s), Some(t)) if key(&t) < key(&s) => {
+                    stored.pop_front();
+                    self.repair(key(&t), None, &mut counts).await?;
+                }
+                (None, Some(t)) => {
+                    stored.pop_front();
+                    self.repair(key(&t), None, &mut counts).await?;
+                }
+                (Some(s), _) => {
+                    source.pop_front();
+                    self.repair(key(&s), Some(s), &mut counts).await?;
+                }
+            }
+        }
+    }
+}
