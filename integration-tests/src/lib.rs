@@ -10,13 +10,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+pub use socialgraph_projection::Config as ProjectionConfig;
 pub use socialgraph_relation::Config as RelationConfig;
+use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
+use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 
 /// Admin token the test configurations use.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-/// A relation-svc running inside the test process.
-pub struct RelationSvc {
+/// A service running inside the test process.
+pub struct Svc {
     /// gRPC address.
     pub addr: SocketAddr,
     /// Admin HTTP address.
@@ -27,14 +30,32 @@ pub struct RelationSvc {
     pub task: JoinHandle<anyhow::Result<()>>,
 }
 
-impl RelationSvc {
-    /// A connected client.
+/// relation-svc in the test process.
+pub type RelationSvc = Svc;
+
+impl Svc {
+    /// A channel to the gRPC port.
+    ///
+    /// # Errors
+    /// The server does not accept connections.
+    pub async fn channel(&self) -> anyhow::Result<Channel> {
+        Ok(Channel::from_shared(format!("http://{}", self.addr))?.connect().await?)
+    }
+
+    /// A RelationService client.
     ///
     /// # Errors
     /// The server does not accept connections.
     pub async fn client(&self) -> anyhow::Result<RelationServiceClient<Channel>> {
-        let ch = Channel::from_shared(format!("http://{}", self.addr))?.connect().await?;
-        Ok(RelationServiceClient::new(ch).max_decoding_message_size(64 * 1024 * 1024))
+        Ok(RelationServiceClient::new(self.channel().await?).max_decoding_message_size(64 * 1024 * 1024))
+    }
+
+    /// A ProjectionService client.
+    ///
+    /// # Errors
+    /// The server does not accept connections.
+    pub async fn projection(&self) -> anyhow::Result<ProjectionServiceClient<Channel>> {
+        Ok(ProjectionServiceClient::new(self.channel().await?).max_decoding_message_size(64 * 1024 * 1024))
     }
 
     /// Stops the service and waits for it.
@@ -89,18 +110,69 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
 /// # Errors
 /// It did not start.
 pub async fn spawn_relation(config: RelationConfig) -> anyhow::Result<RelationSvc> {
+    spawn(|grpc, admin, shutdown| socialgraph_relation::run(config, grpc, admin, shutdown)).await
+}
+
+/// Starts projection-svc with `config` on free ports and waits until it answers.
+///
+/// # Errors
+/// It did not start.
+pub async fn spawn_projection(config: ProjectionConfig) -> anyhow::Result<Svc> {
+    spawn(|grpc, admin, shutdown| socialgraph_projection::run(config, grpc, admin, shutdown)).await
+}
+
+async fn spawn<F, Fut>(run: F) -> anyhow::Result<Svc>
+where
+    F: FnOnce(tokio::net::TcpListener, tokio::net::TcpListener, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
     socialgraph_telemetry::init_for_tests();
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (addr, admin_addr) = (grpc.local_addr()?, admin.local_addr()?);
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(socialgraph_relation::run(config, grpc, admin, shutdown.clone()));
-    let svc = RelationSvc { addr, admin_addr, shutdown, task };
-    socialgraph_testkit::eventually(Duration::from_secs(20), "relation-svc to accept connections", || async {
+    let task = tokio::spawn(run(grpc, admin, shutdown.clone()));
+    let svc = Svc { addr, admin_addr, shutdown, task };
+    socialgraph_testkit::eventually(Duration::from_secs(20), "the service to accept connections", || async {
         Ok(tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()))
     })
     .await?;
     Ok(svc)
+}
+
+/// A projection-svc configuration for tests: the given database and topic, relation-svc at
+/// `relation`, the test admin token and page-token secret, fast polling.
+pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> ProjectionConfig {
+    let mut c = ProjectionConfig::default();
+    c.database.url = db_url.to_owned();
+    c.kafka.brokers = socialgraph_testkit::kafka::brokers();
+    c.kafka.relation_topic = topic.to_owned();
+    c.kafka.partitions = 4;
+    c.relation.url = format!("http://{relation}");
+    c.relation.admin_token = Some(ADMIN_TOKEN.into());
+    c.auth.admin_token = Some(ADMIN_TOKEN.into());
+    c.auth.page_token_secret = Some("test-page-token-secret".into());
+    c
+}
+
+/// Waits until the projection has applied every record of every partition of `topic`: its
+/// next offsets equal the broker's high watermarks.
+///
+/// # Errors
+/// Timed out, or the broker or projection failed.
+pub async fn projection_caught_up(svc: &Svc, brokers: &[String], topic: &str, deadline: Duration) -> anyhow::Result<()> {
+    let kafka = socialgraph_testkit::kafka::connect(brokers).await?;
+    let client = svc.projection().await?;
+    socialgraph_testkit::eventually(deadline, "the projection to reach the high watermarks", || {
+        let (kafka, mut client) = (&kafka, client.clone());
+        async move {
+            let hw = socialgraph_testkit::kafka::high_watermarks(kafka, topic).await?;
+            let status = client.get_projection_status(GetProjectionStatusRequest {}).await?.into_inner();
+            let applied: std::collections::BTreeMap<i32, i64> = status.partitions.iter().map(|p| (p.partition, p.next_offset)).collect();
+            Ok((!hw.is_empty() && hw.iter().all(|(p, h)| applied.get(p) == Some(h))).then_some(()))
+        }
+    })
+    .await
 }
 
 /// A fresh database of `backend` and a relation-svc on it with a fresh topic.
@@ -133,4 +205,52 @@ pub async fn outbox_drained(db: &TestDb, deadline: Duration) -> anyhow::Result<(
         Ok((n == 0).then_some(()))
     })
     .await
+}
+
+/// Runs `ops` random follows, unfollows and re-follows among users `1..=users` from 8
+/// concurrent callers (60% follows); returns the number of real changes.
+///
+/// # Errors
+/// An RPC failed.
+pub async fn random_workload(addr: SocketAddr, ops: usize, users: i64, seed: u64) -> anyhow::Result<usize> {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
+    let mut tasks = Vec::new();
+    for worker in 0..8u64 {
+        let mut client = RelationServiceClient::connect(format!("http://{addr}")).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed * 100 + worker);
+            let mut changes = 0;
+            for _ in 0..ops / 8 {
+                let a = rng.random_range(1..=users);
+                let mut b = rng.random_range(1..=users);
+                if a == b {
+                    b = a % users + 1;
+                }
+                let changed = if rng.random_bool(0.6) {
+                    client.follow(FollowRequest { follower_id: a, followee_id: b }).await?.into_inner().changed
+                } else {
+                    client.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?.into_inner().changed
+                };
+                changes += usize::from(changed);
+            }
+            anyhow::Ok(changes)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok(total)
+}
+
+/// Both edge tables in (follower_id, followee_id) order: (following, follower).
+///
+/// # Errors
+/// Database errors.
+pub async fn both_tables(db: &TestDb) -> anyhow::Result<(Vec<socialgraph_domain::Edge>, Vec<socialgraph_domain::Edge>)> {
+    use socialgraph_storage::edges::{EdgeTable, ScanFilter, scan};
+    let following = scan(&db.conn, EdgeTable::Following, ScanFilter::default(), usize::MAX >> 1).await?;
+    let follower = scan(&db.conn, EdgeTable::Follower, ScanFilter::default(), usize::MAX >> 1).await?;
+    Ok((following, follower))
 }

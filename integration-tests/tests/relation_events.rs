@@ -5,46 +5,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use prost::Message;
-use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_domain::timestamp_to_ms;
 use socialgraph_events::kafka_partition;
-use socialgraph_integration_tests::{outbox_drained, relation_on};
+use socialgraph_integration_tests::{outbox_drained, random_workload, relation_on};
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
-use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
+use socialgraph_proto::relation::v1::FollowRequest;
 use socialgraph_storage::edges::{self, EdgeTable, ScanFilter};
 use socialgraph_testkit::{Backend, kafka};
-
-/// Runs `ops` random follows/unfollows/re-follows over `users` users from 8 concurrent
-/// callers; returns the number of real changes.
-async fn random_workload(addr: std::net::SocketAddr, ops: usize, users: i64, seed: u64) -> anyhow::Result<usize> {
-    let mut tasks = Vec::new();
-    for worker in 0..8u64 {
-        let mut client = socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient::connect(format!("http://{addr}")).await?;
-        tasks.push(tokio::spawn(async move {
-            let mut rng = StdRng::seed_from_u64(seed * 100 + worker);
-            let mut changes = 0;
-            for _ in 0..ops / 8 {
-                let a = rng.random_range(1..=users);
-                let mut b = rng.random_range(1..=users);
-                if a == b {
-                    b = a % users + 1;
-                }
-                let changed = if rng.random_bool(0.6) {
-                    client.follow(FollowRequest { follower_id: a, followee_id: b }).await?.into_inner().changed
-                } else {
-                    client.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?.into_inner().changed
-                };
-                changes += usize::from(changed);
-            }
-            anyhow::Ok(changes)
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await??;
-    }
-    Ok(total)
-}
 
 async fn events_are_exactly_one_per_change(backend: Backend) -> anyhow::Result<()> {
     let (db, svc, topic) = relation_on(backend, |_| {}).await?;

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod auth;
 mod config;
 mod error;
+pub mod timeout;
 pub mod paging;
 
 use std::net::SocketAddr;
@@ -75,13 +76,16 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// `shutdown` fires, then: health NOT_SERVING and readiness cleared, no new connections,
 /// in-flight RPCs drained for at most `settings.drain_timeout_ms`.
 ///
-/// `service_names` are the full gRPC names reported SERVING by the health service.
+/// `service_names` are the full gRPC names reported SERVING by the health service;
+/// `long_running` lists method paths (`/package.Service/Method`) exempt from the request
+/// timeout (bulk imports, scans, rebuilds).
 ///
 /// # Errors
 /// The transport failed or the reflection descriptors are invalid.
 pub async fn serve_grpc(
     routes: Routes,
     service_names: &[&str],
+    long_running: &[&str],
     listener: TcpListener,
     settings: &ServerSettings,
     readiness: Readiness,
@@ -115,10 +119,10 @@ pub async fn serve_grpc(
         }
     };
     let server = tonic::transport::Server::builder()
-        .timeout(Duration::from_millis(settings.request_timeout_ms))
         .load_shed(true)
         .concurrency_limit_per_connection(settings.concurrency_limit_per_connection)
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(settings.concurrency_limit))
+        .layer(timeout::RequestTimeoutLayer::new(Duration::from_millis(settings.request_timeout_ms), long_running))
         .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
     let drain = Duration::from_millis(settings.drain_timeout_ms);

@@ -101,19 +101,26 @@ pub async fn get_many<C: ConnectionTrait>(
     pairs: &[(i64, i64)],
     for_update: bool,
 ) -> Result<Vec<Edge>, DbErr> {
-    if pairs.is_empty() {
-        return Ok(Vec::new());
+    let mut out = Vec::with_capacity(pairs.len());
+    // A row-value IN list is an OR chain to PostgreSQL's planner: thousands of tuples exceed
+    // its stack depth, so ask in chunks.
+    for chunk in pairs.chunks(MAX_TUPLES_PER_QUERY) {
+        let mut q = select_edges(table);
+        q.and_where(
+            Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)]).in_tuples(chunk.iter().copied()),
+        );
+        if for_update {
+            q.lock(LockType::Update);
+        }
+        for row in conn.query_all(&q).await? {
+            out.push(edge_from_row(&row)?);
+        }
     }
-    let mut q = select_edges(table);
-    q.and_where(
-        Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)])
-            .in_tuples(pairs.iter().copied()),
-    );
-    if for_update {
-        q.lock(LockType::Update);
-    }
-    conn.query_all(&q).await?.iter().map(edge_from_row).collect()
+    Ok(out)
 }
+
+/// Most (follower, followee) tuples in one `IN` list.
+pub const MAX_TUPLES_PER_QUERY: usize = 500;
 
 /// Inserts new edges in one statement.
 ///

@@ -51,3 +51,19 @@ pub async fn read_all(client: &Client, topic: &str) -> anyhow::Result<Vec<(i32, 
     }
     Ok(out)
 }
+
+/// The high watermark of every partition of `topic` (partition → offset of the next record).
+///
+/// # Errors
+/// Broker failures.
+pub async fn high_watermarks(client: &Client, topic: &str) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
+    let Some(t) = client.list_topics().await?.into_iter().find(|t| t.name == topic) else {
+        return Ok(Default::default());
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for p in t.partitions {
+        let pc = client.partition_client(topic, p, UnknownTopicHandling::Error).await?;
+        out.insert(p, pc.get_offset(OffsetAt::Latest).await?);
+    }
+    Ok(out)
+}

@@ -25,6 +25,9 @@ pub use config::Config;
 /// Full gRPC name of the service.
 pub const SERVICE_NAME: &str = "socialgraph.projection.v1.ProjectionService";
 
+/// Admin methods whose duration grows with the data: exempt from the request timeout.
+pub const LONG_RUNNING: &[&str] = &["/socialgraph.projection.v1.ProjectionService/Rebuild"];
+
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
 }
@@ -73,7 +76,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         projection,
         config.auth.admin_token.clone(),
     )));
-    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], grpc, &config.server, readiness, shutdown).await;
+    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
     let _ = admin_task.await;

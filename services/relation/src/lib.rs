@@ -24,6 +24,10 @@ pub use config::Config;
 /// Full gRPC name of the service (health and reflection).
 pub const SERVICE_NAME: &str = "socialgraph.relation.v1.RelationService";
 
+/// Admin methods whose duration grows with the data: exempt from the request timeout.
+pub const LONG_RUNNING: &[&str] =
+    &["/socialgraph.relation.v1.RelationService/ImportFollows", "/socialgraph.relation.v1.RelationService/ScanEdges"];
+
 /// Connects to the configured database and runs pending migrations.
 ///
 /// # Errors
@@ -76,7 +80,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         RelationServiceServer::new(grpc::RelationGrpc::new(relations, config.auth.admin_token.clone()))
             .max_decoding_message_size(16 * 1024 * 1024),
     );
-    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], grpc, &config.server, readiness, shutdown).await;
+    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     if let Some(relay) = relay {
         let _ = relay.await;

@@ -1,0 +1,42 @@
+# socialgraph — the README's commands.
+#   make deps    install (if missing) and start PostgreSQL, MariaDB, Redis and the Kafka broker
+#   make test    make deps, then every test of the workspace against those services
+#   make run     make deps, build, and start the mesh locally (see README)
+#   make bench   the benchmarks (release build; prints numbers)
+#   make lint    rustfmt check and clippy
+
+SHELL := /bin/bash
+export PATH := $(PATH):$(HOME)/.cargo/bin
+# Debug info off: halves build time and target size for tests.
+export CARGO_PROFILE_DEV_DEBUG := 0
+export CARGO_PROFILE_TEST_DEBUG := 0
+CARGO ?= cargo
+TEST_THREADS ?= 4
+
+.PHONY: deps build test test-rust run bench lint
+
+deps:
+	bash scripts/deps.sh
+
+build:
+	$(CARGO) build --workspace --bins
+
+test: deps
+	$(MAKE) test-rust
+
+test-rust:
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --workspace --no-fail-fast --test-threads $(TEST_THREADS); \
+	else \
+		$(CARGO) test --workspace --no-fail-fast -- --test-threads $(TEST_THREADS); \
+	fi
+
+run: deps build
+	bash scripts/run.sh
+
+bench: deps
+	$(CARGO) run --release -p socialgraph-integration-tests --bin bench-relation
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
