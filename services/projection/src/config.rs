@@ -121,3 +121,31 @@ impl socialgraph_server::cli::ServiceConfig for Config {
         &self.server
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socialgraph_events::consumer::Assignment;
+
+    #[test]
+    fn environment_sets_nested_keys_and_the_partition_assignment() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL", "2");
+            jail.set_env("SG_CONSUMER__PARTITIONS__REPLICA__COUNT", "3");
+            jail.set_env("SG_DATABASE__URL", "mysql://root@db/sg");
+            let c: Config = socialgraph_server::load_config(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.consumer.partitions, Assignment::Replica { ordinal: 2, count: 3 });
+            assert_eq!(c.database.url, "mysql://root@db/sg");
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SG_CONSUMER__PARTITIONS", "all");
+            let c: Config = socialgraph_server::load_config(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.consumer.partitions, Assignment::All);
+            jail.set_env("SG_DATABASE__NO_SUCH_KEY", "1");
+            let err = socialgraph_server::load_config::<Config>(None).unwrap_err().to_string();
+            assert!(err.contains("no_such_key"), "unknown keys are named: {err}");
+            Ok(())
+        });
+    }
+}

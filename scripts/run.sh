@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make run`: the distributed mesh on this machine, against the services `make deps` started.
+# Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
+# starts relation-svc (:50051, admin :9101) and projection-svc (:50052, admin :9102), and
+# leaves them serving in the foreground (Ctrl-C stops both).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export SG_DATABASE__URL="${SG_DATABASE__URL:-postgres://postgres@127.0.0.1:5432/socialgraph}"
+export SG_AUTH__ADMIN_TOKEN="${SG_AUTH__ADMIN_TOKEN:-dev-admin-token}"
+export SG_RELATION__ADMIN_TOKEN="${SG_RELATION__ADMIN_TOKEN:-$SG_AUTH__ADMIN_TOKEN}"
+export SG_AUTH__PAGE_TOKEN_SECRET="${SG_AUTH__PAGE_TOKEN_SECRET:-dev-page-token-secret}"
+BIN=target/debug
+
+if [[ "$SG_DATABASE__URL" == postgres://*/socialgraph ]] &&
+    ! psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname='socialgraph'" | grep -q 1; then
+    psql -h 127.0.0.1 -U postgres -qc "create database socialgraph"
+    echo "created database socialgraph"
+fi
+"$BIN/relation-svc" migrate
+echo "migrations applied to $SG_DATABASE__URL"
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
+"$BIN/relation-svc" serve & pids+=($!)
+"$BIN/projection-svc" serve & pids+=($!)
+
+for port in 50051 50052; do
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+done
+cat <<MSG
+
+socialgraph is serving:
+  relation-svc    grpc 127.0.0.1:50051   admin http://127.0.0.1:9101/metrics
+  projection-svc  grpc 127.0.0.1:50052   admin http://127.0.0.1:9102/metrics
+
+Try (grpcurl is in .venv/bin after make deps):
+  .venv/bin/grpcurl -plaintext -d '{"follower_id":1,"followee_id":2}' 127.0.0.1:50051 socialgraph.relation.v1.RelationService/Follow
+  .venv/bin/grpcurl -plaintext -d '{"user_id":2}' 127.0.0.1:50052 socialgraph.projection.v1.ProjectionService/ListFollowers
+  .venv/bin/grpcurl -plaintext 127.0.0.1:50052 socialgraph.projection.v1.ProjectionService/GetProjectionStatus
+Ctrl-C stops both.
+MSG
+wait
