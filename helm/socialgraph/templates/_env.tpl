@@ -1,0 +1,122 @@
+{{/*
+What each service reads from its environment. The services refuse unknown SG_ keys, so every
+service gets exactly the keys it knows:
+  - socialgraph.configData.<name>: non-secret settings, the data of the service's ConfigMap;
+  - socialgraph.secretEnvs.<name>: env entries read from Secrets (existing or the chart's own).
+Integers go through int64 so that large values never render in float notation.
+*/}}
+
+{{/* Settings every service shares. Argument: component context. */}}
+{{- define "socialgraph.commonConfig" -}}
+{{- $root := .root -}}
+{{- $svc := .svc -}}
+SG_SERVER__GRPC_ADDR: {{ include "socialgraph.listenAddr" (list $root $svc.ports.grpc) | quote }}
+SG_SERVER__ADMIN_ADDR: {{ include "socialgraph.listenAddr" (list $root $svc.ports.admin) | quote }}
+SG_SERVER__REQUEST_TIMEOUT_MS: {{ $svc.server.requestTimeoutMs | int64 | quote }}
+SG_SERVER__CONCURRENCY_LIMIT: {{ $svc.server.concurrencyLimit | int64 | quote }}
+SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION: {{ $svc.server.concurrencyLimitPerConnection | int64 | quote }}
+SG_SERVER__DRAIN_TIMEOUT_MS: {{ $svc.server.drainTimeoutMs | int64 | quote }}
+RUST_LOG: {{ default $root.Values.log.level $svc.logLevel | quote }}
+{{- if eq $root.Values.log.format "json" }}
+SG_LOG_FORMAT: "json"
+{{- end }}
+{{- with $root.Values.otel.endpoint }}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
+{{- end }}
+{{- if not $root.Values.kafka.existingSecret }}
+SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
+{{- end }}
+SG_KAFKA__RELATION_TOPIC: {{ $root.Values.kafka.relationTopic | quote }}
+SG_KAFKA__PARTITIONS: {{ $root.Values.kafka.partitions | int64 | quote }}
+{{- end -}}
+
+{{- define "socialgraph.configData.relation" -}}
+{{- $v := .root.Values -}}
+{{- $svc := .svc -}}
+{{ include "socialgraph.commonConfig" . }}
+SG_KAFKA__REQUEST_DEADLINE_MS: {{ $v.kafka.requestDeadlineMs | int64 | quote }}
+SG_KAFKA__RELAY_BATCH_SIZE: {{ $svc.kafka.relayBatchSize | int64 | quote }}
+SG_KAFKA__RELAY_IDLE_POLL_MS: {{ $svc.kafka.relayIdlePollMs | int64 | quote }}
+SG_KAFKA__RELAY_ENABLED: {{ $svc.kafka.relayEnabled | toString | quote }}
+SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
+SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
+{{- with $v.redis.keyPrefix }}
+SG_REDIS__KEY_PREFIX: {{ . | quote }}
+{{- end }}
+SG_REDIS__POOL_SIZE: {{ $svc.redis.poolSize | int64 | quote }}
+SG_REDIS__TIMEOUT_MS: {{ $svc.redis.timeoutMs | int64 | quote }}
+SG_LIMITS__FOLLOWING_CAP: {{ $svc.limits.followingCap | int64 | quote }}
+SG_LIMITS__FOLLOW_BURST: {{ $svc.limits.followBurst | int64 | quote }}
+SG_LIMITS__FOLLOW_REFILL_PER_DAY: {{ $svc.limits.followRefillPerDay | int64 | quote }}
+SG_LIMITS__ON_REDIS_ERROR: {{ $svc.limits.onRedisError | quote }}
+SG_LIMITS__IMPORT_BATCH_SIZE: {{ $svc.limits.importBatchSize | int64 | quote }}
+{{- end -}}
+
+{{- define "socialgraph.configData.projection" -}}
+{{- $v := .root.Values -}}
+{{- $svc := .svc -}}
+{{ include "socialgraph.commonConfig" . }}
+SG_KAFKA__REQUEST_DEADLINE_MS: {{ $v.kafka.requestDeadlineMs | int64 | quote }}
+SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
+SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
+SG_DATABASE__CONSUMER_NAME: {{ $svc.database.consumerName | quote }}
+SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
+SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
+SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
+SG_RELATION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "relation")) ($v.relation.ports.grpc | int64)) $svc.relationUrl | quote }}
+{{- end -}}
+
+{{- define "socialgraph.configData.counter" -}}
+{{- $v := .root.Values -}}
+{{- $svc := .svc -}}
+{{ include "socialgraph.commonConfig" . }}
+SG_KAFKA__COUNTER_TOPIC: {{ $v.kafka.counterTopic | quote }}
+SG_KAFKA__CONTENT_TOPIC: {{ $v.kafka.contentTopic | quote }}
+{{- with $v.redis.keyPrefix }}
+SG_REDIS__KEY_PREFIX: {{ . | quote }}
+{{- end }}
+SG_KAFKA__REQUEST_DEADLINE_MS: {{ $v.kafka.requestDeadlineMs | int64 | quote }}
+SG_REDIS__POOL_SIZE: {{ $svc.redis.poolSize | int64 | quote }}
+SG_REDIS__TIMEOUT_MS: {{ $svc.redis.timeoutMs | int64 | quote }}
+SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
+SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
+SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
+SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
+SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
+SG_PROJECTION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "projection")) ($v.projection.ports.grpc | int64)) $svc.projectionUrl | quote }}
+{{- end -}}
+
+{{/* Secret env entries and the secret sources they use. Argument: component context. */}}
+{{- define "socialgraph.secretNames.relation" -}}
+{{- toJson (list "database-url" "redis-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
+{{- end -}}
+{{- define "socialgraph.secretEnvs.relation" -}}
+{{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
+{{- include "socialgraph.secretEnv" (list $src "database-url" "SG_DATABASE__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "redis-url" "SG_REDIS__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
+{{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
+{{- include "socialgraph.secretEnv" (list $src "page-token-secret" "SG_AUTH__PAGE_TOKEN_SECRET") }}
+{{- end -}}
+
+{{- define "socialgraph.secretNames.projection" -}}
+{{- toJson (list "projection-database-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
+{{- end -}}
+{{- define "socialgraph.secretEnvs.projection" -}}
+{{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
+{{- include "socialgraph.secretEnv" (list $src "projection-database-url" "SG_DATABASE__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
+{{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
+{{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_RELATION__ADMIN_TOKEN") }}
+{{- include "socialgraph.secretEnv" (list $src "page-token-secret" "SG_AUTH__PAGE_TOKEN_SECRET") }}
+{{- end -}}
+
+{{- define "socialgraph.secretNames.counter" -}}
+{{- toJson (list "counter-redis-url" "kafka-brokers" "admin-token") -}}
+{{- end -}}
+{{- define "socialgraph.secretEnvs.counter" -}}
+{{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
+{{- include "socialgraph.secretEnv" (list $src "counter-redis-url" "SG_REDIS__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
+{{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
+{{- end -}}

@@ -1,0 +1,136 @@
+{{/*
+Seconds a pod may take to stop: the preStop sleep, the drain of in-flight RPCs
+(server.drainTimeoutMs, rounded up), and a margin for the relay, consumers and telemetry.
+Argument: component values (.Values.relation, ...).
+*/}}
+{{- define "socialgraph.terminationGracePeriodSeconds" -}}
+{{- $drainSecs := div (add (int64 .server.drainTimeoutMs) 999) 1000 -}}
+{{- add (int64 .preStopSleepSeconds) $drainSecs (int64 .terminationGraceExtraSeconds) -}}
+{{- end -}}
+
+{{/* A native gRPC probe (grpc.health.v1). Argument: (list port settings). */}}
+{{- define "socialgraph.grpcProbe" -}}
+{{- $p := index . 1 -}}
+grpc:
+  port: {{ index . 0 | int64 }}
+periodSeconds: {{ $p.periodSeconds | int64 }}
+timeoutSeconds: {{ $p.timeoutSeconds | int64 }}
+failureThreshold: {{ $p.failureThreshold | int64 }}
+{{- with $p.initialDelaySeconds }}
+initialDelaySeconds: {{ . | int64 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The pod template of a service. Argument: component context with, for StatefulSet consumers,
+"consumer": true (adds the partition assignment from the pod ordinal).
+*/}}
+{{- define "socialgraph.podTemplate" -}}
+{{- $root := .root -}}
+{{- $svc := .svc -}}
+{{- $secretNames := include (printf "socialgraph.secretNames.%s" .name) . | fromJsonArray -}}
+metadata:
+  labels:
+    {{- include "socialgraph.componentLabels" . | nindent 4 }}
+    {{- with $svc.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    checksum/config: {{ include (printf "socialgraph.configData.%s" .name) . | sha256sum }}
+    checksum/secret: {{ include "socialgraph.secretChecksum" (concat (list $root) $secretNames) }}
+    {{- with $svc.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "socialgraph.serviceAccountName" $root }}
+  automountServiceAccountToken: false
+  # The services read SG_* variables and refuse unknown ones: no Docker-link variables
+  # (a release named "sg" would otherwise inject SG_RELATION_SERVICE_HOST and the like).
+  enableServiceLinks: false
+  terminationGracePeriodSeconds: {{ include "socialgraph.terminationGracePeriodSeconds" $svc }}
+  {{- with $root.Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $svc.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
+  containers:
+    - name: {{ .name }}
+      image: {{ include "socialgraph.image" $root }}
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      command: ["/usr/local/bin/{{ .name }}-svc"]
+      args: ["serve"]
+      ports:
+        - name: grpc
+          containerPort: {{ $svc.ports.grpc | int64 }}
+          protocol: TCP
+        - name: admin
+          containerPort: {{ $svc.ports.admin | int64 }}
+          protocol: TCP
+      envFrom:
+        - configMapRef:
+            name: {{ include "socialgraph.componentName" . }}
+      env:
+        {{- if .consumer }}
+        # This replica consumes the partitions p with p % COUNT == ORDINAL.
+        - name: SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
+        - name: SG_CONSUMER__PARTITIONS__REPLICA__COUNT
+          value: {{ $svc.replicas | int64 | quote }}
+        {{- end }}
+        {{- include (printf "socialgraph.secretEnvs.%s" .name) . | trim | nindent 8 }}
+        {{- with $svc.extraEnv }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      startupProbe:
+        {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.startup) | nindent 8 }}
+      livenessProbe:
+        {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.liveness) | nindent 8 }}
+      readinessProbe:
+        {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.readiness) | nindent 8 }}
+      {{- if gt (int64 $svc.preStopSleepSeconds) 0 }}
+      lifecycle:
+        preStop:
+          sleep:
+            seconds: {{ $svc.preStopSleepSeconds | int64 }}
+      {{- end }}
+      resources:
+        {{- toYaml $svc.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
+      volumeMounts:
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    - name: tmp
+      emptyDir:
+        sizeLimit: {{ $root.Values.tmpSizeLimit }}
+  {{- with $svc.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $svc.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $svc.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  topologySpreadConstraints:
+    {{- if $svc.topologySpreadConstraints }}
+    {{- toYaml $svc.topologySpreadConstraints | nindent 4 }}
+    {{- else }}
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "socialgraph.selectorLabels" . | nindent 10 }}
+    {{- end }}
+{{- end -}}
