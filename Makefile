@@ -13,7 +13,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 4
 
-.PHONY: deps build test test-rust run bench lint
+.PHONY: deps build test test-rust test-helm run bench lint
 
 deps:
 	bash scripts/deps.sh
@@ -22,7 +22,7 @@ build:
 	$(CARGO) build --workspace --bins
 
 test: deps
-	$(MAKE) test-rust
+	@status=0; $(MAKE) test-rust || status=1; $(MAKE) test-helm || status=1; exit $$status
 
 test-rust:
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -30,6 +30,10 @@ test-rust:
 	else \
 		$(CARGO) test --workspace --no-fail-fast -- --test-threads $(TEST_THREADS); \
 	fi
+
+# The Helm chart, rendered and validated offline (no cluster needed).
+test-helm:
+	.venv/bin/python -m pytest helm/tests -q
 
 run: deps build
 	bash scripts/run.sh

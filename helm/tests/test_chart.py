@@ -1,0 +1,678 @@
+"""The socialgraph chart, rendered offline: lint, strict Kubernetes 1.33 validation, and what the
+rendered manifests must guarantee (probes, partition assignment, migration order, secrets,
+hardening, rollouts on config change, schema errors)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import math
+import re
+
+import helm_python as helm
+import jsonschema
+import pytest
+import yaml
+from kubernetes_validate import utils as kv
+
+import chartlib
+from chartlib import CONSUMERS, DEFAULT_PORTS, RELEASE, SERVICES, merged, render
+
+# Everything a trial may give inline, and more than the defaults: separate projection database,
+# own Redis for counters, tokens, a key prefix, IPv6 listen host, no autoscaling.
+ALL_INLINE = {
+    "listenHost": "::",
+    "redis": {"keyPrefix": "sg-trial:"},
+    "auth": {"adminToken": "trial-admin-token", "pageTokenSecret": "trial-page-key"},
+    "projection": {"database": {"url": "postgres://proj@projection-db:5432/projection"}},
+    "counter": {"redis": {"url": "redis://counter-redis:6379/1"}},
+    "relation": {"autoscaling": {"enabled": False}, "replicas": 1},
+    "otel": {"endpoint": "http://otel-collector:4317"},
+    "log": {"format": "text"},
+}
+
+
+def variants() -> dict[str, dict]:
+    prod = chartlib.production_values()
+    return {
+        "default": {},
+        "production": prod,
+        "all-inline": ALL_INLINE,
+        "production-without-projection-and-counter": merged(
+            prod, {"projection": {"enabled": False}, "counter": {"enabled": False}}
+        ),
+        "network-policy-without-callers": {"networkPolicy": {"enabled": True}},
+    }
+
+
+VARIANTS = variants()
+
+
+@pytest.fixture(scope="module")
+def default() -> chartlib.Rendered:
+    return render()
+
+
+@pytest.fixture(scope="module")
+def production() -> chartlib.Rendered:
+    return render(chartlib.production_values(), is_upgrade=True)
+
+
+# --- lint and strict validation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+def test_chart_lints_clean(variant):
+    report = chartlib.lint(VARIANTS[variant])
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+    # Only informational notes remain (Helm recommends an icon URL).
+    assert {m["path"] for m in report["messages"]} <= {"Chart.yaml"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_manifest_validates_strictly_against_kubernetes_1_33(variant):
+    rendered = render(VARIANTS[variant])
+    assert rendered.objects
+    failures = []
+    for obj in rendered.objects:
+        try:
+            chartlib.validate(obj)
+        except (jsonschema.ValidationError, kv.SchemaNotFoundError) as e:
+            failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {getattr(e, 'message', e)}")
+    assert not failures, "\n".join(failures)
+
+
+def test_strict_validation_rejects_unknown_fields(default):
+    """The validator used above is really strict (an unknown field is an error)."""
+    deployment = copy.deepcopy(default.workload("relation"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["grpcc"] = {}
+    with pytest.raises(jsonschema.ValidationError):
+        chartlib.validate(deployment)
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "endpoints": [{"port": "admin", "intervall": "30s"}]},
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        chartlib.validate(monitor)
+
+
+def test_default_values_install_every_service(default):
+    assert default.workload("relation")["kind"] == "Deployment"
+    assert default.get("HorizontalPodAutoscaler", f"{RELEASE}-relation")
+    for name in CONSUMERS:
+        assert default.workload(name)["kind"] == "StatefulSet"
+    for name in SERVICES:
+        assert default.get("Service", f"{RELEASE}-{name}")
+        assert default.get("PodDisruptionBudget", f"{RELEASE}-{name}")
+        assert default.get("ConfigMap", f"{RELEASE}-{name}")
+    assert default.get("Job", f"{RELEASE}-migrate")
+    assert not default.of_kind("ServiceMonitor") and not default.of_kind("NetworkPolicy")
+
+
+def test_production_runs_three_replicas_of_each_service(production):
+    hpa = production.get("HorizontalPodAutoscaler", f"{RELEASE}-relation")
+    assert hpa["spec"]["minReplicas"] == 3
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": f"{RELEASE}-relation"}
+    # The HPA owns the replica count: the Deployment leaves it alone, so upgrades keep it.
+    assert "replicas" not in production.workload("relation")["spec"]
+    for name in CONSUMERS:
+        assert production.workload(name)["spec"]["replicas"] == 3
+    fixed = render({"relation": {"autoscaling": {"enabled": False}, "replicas": 3}})
+    assert fixed.workload("relation")["spec"]["replicas"] == 3
+    assert not fixed.of_kind("HorizontalPodAutoscaler")
+
+
+# --- probes, ports, termination ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "custom-ports"])
+def test_probes_are_native_grpc_on_each_services_grpc_port(variant):
+    ports = DEFAULT_PORTS
+    values = VARIANTS.get(variant, {})
+    if variant == "custom-ports":
+        ports = {"relation": (6001, 7001), "projection": (6002, 7002), "counter": (6003, 7003)}
+        values = {n: {"ports": {"grpc": g, "admin": a}} for n, (g, a) in ports.items()}
+    rendered = render(values)
+    for name in SERVICES:
+        grpc_port, admin_port = ports[name]
+        container = rendered.container(name)
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+            "grpc": grpc_port, "admin": admin_port}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            spec = container[probe]
+            assert spec["grpc"] == {"port": grpc_port}, f"{name} {probe}: {spec}"
+            assert not {"httpGet", "tcpSocket", "exec"} & spec.keys()
+        env = rendered.environment(name)
+        assert env["SG_SERVER__GRPC_ADDR"].endswith(f":{grpc_port}")
+        assert env["SG_SERVER__ADMIN_ADDR"].endswith(f":{admin_port}")
+        service = rendered.get("Service", f"{RELEASE}-{name}")
+        assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+            "grpc": (grpc_port, "grpc"), "admin": (admin_port, "admin")}
+    # Callers inside the chart follow the ports.
+    assert rendered.environment("projection")["SG_RELATION__URL"] == (
+        f"http://{RELEASE}-relation:{ports['relation'][0]}")
+    assert rendered.environment("counter")["SG_PROJECTION__URL"] == (
+        f"http://{RELEASE}-projection:{ports['projection'][0]}")
+
+
+@pytest.mark.parametrize("drain_ms, pre_stop, extra", [(10000, 5, 5), (30500, 0, 2), (1, 10, 0)])
+def test_termination_grace_covers_pre_stop_and_drain_time(drain_ms, pre_stop, extra):
+    settings = {"server": {"drainTimeoutMs": drain_ms}, "preStopSleepSeconds": pre_stop,
+                "terminationGraceExtraSeconds": extra}
+    rendered = render({name: settings for name in SERVICES})
+    for name in SERVICES:
+        pod = rendered.workload(name)["spec"]["template"]["spec"]
+        assert rendered.environment(name)["SG_SERVER__DRAIN_TIMEOUT_MS"] == str(drain_ms)
+        assert pod["terminationGracePeriodSeconds"] == pre_stop + math.ceil(drain_ms / 1000) + extra
+        assert pod["terminationGracePeriodSeconds"] > drain_ms / 1000
+        lifecycle = rendered.container(name).get("lifecycle")
+        if pre_stop:
+            assert lifecycle == {"preStop": {"sleep": {"seconds": pre_stop}}}
+        else:
+            assert lifecycle is None
+
+
+# --- partition assignment ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replicas", [1, 3, 5])
+def test_statefulsets_pass_their_ordinal_and_replica_count_to_the_consumers(replicas):
+    rendered = render({n: {"replicas": replicas} for n in CONSUMERS})
+    for name in CONSUMERS:
+        sts = rendered.workload(name)
+        assert sts["kind"] == "StatefulSet" and sts["spec"]["replicas"] == replicas
+        assert sts["spec"]["podManagementPolicy"] == "Parallel"
+        env = {e["name"]: e for e in rendered.container(name)["env"]}
+        assert env["SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL"]["valueFrom"] == {
+            "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}
+        assert env["SG_CONSUMER__PARTITIONS__REPLICA__COUNT"]["value"] == str(replicas)
+        headless = rendered.get("Service", sts["spec"]["serviceName"])
+        assert headless["spec"]["clusterIP"] == "None"
+    assert "SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL" not in rendered.environment("relation")
+
+
+def test_changing_the_replica_count_rolls_every_consumer_pod():
+    two, three = render({"projection": {"replicas": 2}}), render({"projection": {"replicas": 3}})
+    assert two.workload("projection")["spec"]["template"] != three.workload("projection")["spec"]["template"]
+
+
+# --- migration hook ------------------------------------------------------------------------
+
+
+def _hook(obj):
+    annotations = obj["metadata"]["annotations"]
+    phases = set(filter(None, annotations.get("helm.sh/hook", "").split(",")))
+    return phases, int(annotations.get("helm.sh/hook-weight", "0"))
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+def test_migration_hook_runs_before_the_services(variant):
+    rendered = render(VARIANTS[variant])
+    job = rendered.get("Job", f"{RELEASE}-migrate")
+    phases, job_weight = _hook(job)
+    assert phases == {"pre-install", "pre-upgrade"}
+    # Nothing else is a hook: the services are ordinary release objects, applied after it.
+    for obj in rendered.objects:
+        if obj is job:
+            continue
+        obj_phases, weight = _hook(obj)
+        if obj_phases:
+            assert obj["kind"] == "Secret" and obj_phases == phases and weight < job_weight
+    pod = job["spec"]["template"]["spec"]
+    steps = pod.get("initContainers", []) + pod["containers"]
+    binaries = [(c["command"], c["args"]) for c in steps]
+    separate = variant != "default"  # production and all-inline give projection-svc its own DB
+    expected = [(["/usr/local/bin/relation-svc"], ["migrate"])]
+    if separate:
+        expected.append((["/usr/local/bin/projection-svc"], ["migrate"]))
+    assert binaries == expected
+    assert pod["restartPolicy"] == "Never"
+    # Pre-install hooks run before the release's own objects exist: the Job may read only
+    # existing Secrets or hook Secrets created before it, and not the chart's ServiceAccount.
+    assert "serviceAccountName" not in pod
+    for c in steps:
+        for e in c["env"]:
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if not ref:
+                continue
+            secret = rendered.find("Secret", ref["name"])
+            if secret is not None:
+                secret_phases, weight = _hook(secret)
+                assert secret_phases == phases and weight < job_weight, ref
+                assert ref["key"] in secret["data"]
+    if variant == "production":
+        refs = [c["env"][0]["valueFrom"]["secretKeyRef"] for c in steps]
+        assert refs == [{"name": "socialgraph-postgres", "key": "url"},
+                        {"name": "socialgraph-projection-postgres", "key": "url"}]
+
+
+def test_migration_hook_can_be_turned_off():
+    rendered = render({"migrations": {"enabled": False}})
+    assert not rendered.of_kind("Job")
+    assert all(not _hook(o)[0] for o in rendered.objects)
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+SENTINELS = {
+    "database": {"url": "postgres://leak:db-password-sentinel@db/x"},
+    "redis": {"url": "redis://:redis-password-sentinel@redis:6379"},
+    "kafka": {"brokers": ["broker-sentinel:9092"]},
+    "auth": {"adminToken": "admin-token-sentinel", "pageTokenSecret": "page-key-sentinel"},
+    "projection": {"database": {"url": "postgres://leak:projection-password-sentinel@db/y"}},
+    "counter": {"redis": {"url": "redis://:counter-redis-sentinel@redis:6379"}},
+}
+
+
+def test_secrets_never_appear_inline_when_an_existing_secret_is_named():
+    values = merged(chartlib.production_values(), SENTINELS)
+    rendered = render(values)
+    text = rendered.all_text
+    for needle in ("sentinel", "postgres://", "redis://", "kafka:9092"):
+        assert needle not in text, f"{needle!r} rendered although an existing Secret is named"
+        assert base64.b64encode(needle.encode()).decode()[:8] not in text
+    assert not rendered.of_kind("Secret"), "no Secret is needed when every value is external"
+    expected = {
+        "relation": {
+            "SG_DATABASE__URL": ("socialgraph-postgres", "url"),
+            "SG_REDIS__URL": ("socialgraph-redis-limits", "url"),
+            "SG_KAFKA__BROKERS": ("socialgraph-kafka", "brokers"),
+            "SG_AUTH__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
+            "SG_AUTH__PAGE_TOKEN_SECRET": ("socialgraph-auth", "page-token-secret"),
+        },
+        "projection": {
+            "SG_DATABASE__URL": ("socialgraph-projection-postgres", "url"),
+            "SG_KAFKA__BROKERS": ("socialgraph-kafka", "brokers"),
+            "SG_AUTH__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
+            "SG_RELATION__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
+            "SG_AUTH__PAGE_TOKEN_SECRET": ("socialgraph-auth", "page-token-secret"),
+        },
+        "counter": {
+            "SG_REDIS__URL": ("socialgraph-redis-counters", "url"),
+            "SG_KAFKA__BROKERS": ("socialgraph-kafka", "brokers"),
+            "SG_AUTH__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
+        },
+    }
+    for name, refs in expected.items():
+        env = rendered.environment(name)
+        for var, (secret, key) in refs.items():
+            assert env[var] == {"secretKeyRef": {"name": secret, "key": key}}, (name, var)
+
+
+def test_inline_trial_values_live_only_in_the_charts_secret():
+    rendered = render(ALL_INLINE)
+    inline = rendered.get("Secret", f"{RELEASE}-socialgraph-inline")
+    stored = {k: base64.b64decode(v).decode() for k, v in inline["data"].items()}
+    assert stored == {
+        "database-url": "postgres://socialgraph@postgresql:5432/socialgraph",
+        "projection-database-url": "postgres://proj@projection-db:5432/projection",
+        "redis-url": "redis://redis-master:6379",
+        "counter-redis-url": "redis://counter-redis:6379/1",
+        "admin-token": "trial-admin-token",
+        "page-token-secret": "trial-page-key",
+    }
+    for obj in rendered.objects:
+        if obj["kind"] == "Secret":
+            continue
+        text = json.dumps(obj)
+        for value in stored.values():
+            assert value not in text, f"{value} in plain text in {obj['kind']}"
+    env = rendered.environment("projection")
+    assert env["SG_DATABASE__URL"] == {"secretKeyRef": {
+        "name": f"{RELEASE}-socialgraph-inline", "key": "projection-database-url"}}
+    assert rendered.environment("counter")["SG_REDIS__URL"]["secretKeyRef"]["key"] == "counter-redis-url"
+
+
+def test_unset_tokens_are_not_passed_at_all(default):
+    for name in SERVICES:
+        env = default.environment(name)
+        assert not {"SG_AUTH__ADMIN_TOKEN", "SG_AUTH__PAGE_TOKEN_SECRET", "SG_RELATION__ADMIN_TOKEN"} & env.keys()
+
+
+# --- configuration -------------------------------------------------------------------------
+
+# counter-svc's settings (from its config; used until the README documents them).
+COUNTER_SETTINGS = {
+    "SG_REDIS__URL", "SG_REDIS__KEY_PREFIX", "SG_REDIS__POOL_SIZE", "SG_REDIS__TIMEOUT_MS",
+    "SG_KAFKA__BROKERS", "SG_KAFKA__RELATION_TOPIC", "SG_KAFKA__COUNTER_TOPIC",
+    "SG_KAFKA__CONTENT_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
+    "SG_CONSUMER__PARTITIONS", "SG_CONSUMER__MAX_WAIT_MS", "SG_CONSUMER__MAX_BYTES",
+    "SG_CONSUMER__IDLE_MAX_MS", "SG_PROJECTION__URL", "SG_COUNTERS__CHECK_INTERVAL_SECS",
+    "SG_COUNTERS__REBUILD_WAIT_MS", "SG_AUTH__ADMIN_TOKEN", "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR",
+    "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
+    "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
+}
+NON_SG = {"RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT", "SG_LOG_FORMAT"}
+
+
+def _documented():
+    documented = chartlib.readme_settings()
+    documented.setdefault("counter", COUNTER_SETTINGS)
+    return documented
+
+
+def _setting(var: str, known: set[str]) -> str | None:
+    """The documented key `var` sets (nested forms such as SG_CONSUMER__PARTITIONS__REPLICA__COUNT
+    belong to SG_CONSUMER__PARTITIONS)."""
+    for key in known:
+        if var == key or var.startswith(key + "__"):
+            return key
+    return None
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+def test_services_get_only_settings_they_know(variant):
+    """The services refuse unknown SG_ keys at start-up: every variable must be documented."""
+    rendered = render(VARIANTS[variant])
+    documented = _documented()
+    for name in SERVICES:
+        for var in rendered.environment(name):
+            if var in NON_SG:
+                continue
+            assert _setting(var, documented[name]), f"{name}-svc does not read {var}"
+
+
+def test_every_documented_setting_is_a_chart_value():
+    rendered = render(ALL_INLINE)
+    for name, known in _documented().items():
+        env = rendered.environment(name)
+        covered = {_setting(var, known) for var in env}
+        assert known <= covered, f"{name}-svc settings with no chart value: {sorted(known - covered)}"
+
+
+def test_values_become_the_documented_variables():
+    values = merged(ALL_INLINE, {
+        "kafka": {"brokers": ["kafka-0:9092", "kafka-1:9092"], "partitions": 24},
+        "relation": {"limits": {"followingCap": 2000, "followBurst": 50, "followRefillPerDay": 100,
+                                "onRedisError": "closed"},
+                     "server": {"requestTimeoutMs": 4000}},
+        "projection": {"consumer": {"maxBytes": 8388608}},
+        "counter": {"counters": {"checkIntervalSecs": 60}},
+        "log": {"format": "json", "level": "info,socialgraph_events=debug"},
+    })
+    rendered = render(values)
+    relation, projection, counter = (rendered.environment(n) for n in SERVICES)
+    assert json.loads(relation["SG_KAFKA__BROKERS"]) == ["kafka-0:9092", "kafka-1:9092"]
+    assert relation["SG_KAFKA__PARTITIONS"] == counter["SG_KAFKA__PARTITIONS"] == "24"
+    assert relation["SG_LIMITS__FOLLOWING_CAP"] == "2000"
+    assert relation["SG_LIMITS__FOLLOW_BURST"] == "50"
+    assert relation["SG_LIMITS__FOLLOW_REFILL_PER_DAY"] == "100"
+    assert relation["SG_LIMITS__ON_REDIS_ERROR"] == "closed"
+    assert relation["SG_SERVER__REQUEST_TIMEOUT_MS"] == "4000"
+    assert relation["SG_SERVER__GRPC_ADDR"] == "[::]:50051"
+    assert relation["SG_REDIS__KEY_PREFIX"] == counter["SG_REDIS__KEY_PREFIX"] == "sg-trial:"
+    assert projection["SG_CONSUMER__MAX_BYTES"] == "8388608"  # no float notation
+    assert counter["SG_COUNTERS__CHECK_INTERVAL_SECS"] == "60"
+    assert counter["SG_KAFKA__COUNTER_TOPIC"] == "sg.counter.v1"
+    for env in (relation, projection, counter):
+        assert env["SG_LOG_FORMAT"] == "json"
+        assert env["RUST_LOG"] == "info,socialgraph_events=debug"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
+    assert "SG_LOG_FORMAT" not in render(ALL_INLINE).environment("relation")
+
+
+def _checksums(rendered):
+    return {n: rendered.workload(n)["spec"]["template"]["metadata"]["annotations"] for n in SERVICES}
+
+
+@pytest.mark.parametrize("base, change, rolled", [
+    (ALL_INLINE, {"relation": {"limits": {"followingCap": 1234}}}, {"relation"}),
+    (ALL_INLINE, {"kafka": {"partitions": 16}}, {"relation", "projection", "counter"}),
+    (ALL_INLINE, {"counter": {"counters": {"checkIntervalSecs": 30}}}, {"counter"}),
+    (ALL_INLINE, {"auth": {"adminToken": "rotated"}}, {"relation", "projection", "counter"}),
+    (ALL_INLINE, {"auth": {"pageTokenSecret": "rotated"}}, {"relation", "projection"}),
+    # projection-svc has its own database in ALL_INLINE, and shares relation-svc's by default
+    (ALL_INLINE, {"database": {"url": "postgres://other@db/sg"}}, {"relation"}),
+    ({}, {"database": {"url": "postgres://other@db/sg"}}, {"relation", "projection"}),
+    ({}, {"database": {"existingSecret": "pg"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"projection": {"database": {"url": "postgres://other@db/p"}}}, {"projection"}),
+    (ALL_INLINE, {"counter": {"redis": {"url": "redis://other:6379"}}}, {"counter"}),
+    ({}, {"redis": {"url": "redis://other:6379"}}, {"relation", "counter"}),
+])
+def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolled):
+    before = _checksums(render(base))
+    after = _checksums(render(merged(base, change)))
+    changed = {n for n in SERVICES if before[n] != after[n]}
+    assert changed == rolled
+    for n in SERVICES:
+        assert set(after[n]) >= {"checksum/config", "checksum/secret"}
+
+
+# --- hardening -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["default", "production"])
+def test_pods_are_hardened(variant):
+    rendered = render(VARIANTS[variant])
+    pods = list(rendered.pod_specs())
+    assert len(pods) == 4
+    for obj, pod in pods:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["runAsUser"] == 10001, where
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False, where
+        # Kubernetes' service-link variables would collide with the SG_ prefix.
+        assert pod["enableServiceLinks"] is False, where
+        tmp = [v for v in pod["volumes"] if v["name"] == "tmp"]
+        assert tmp and "emptyDir" in tmp[0], where
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["runAsNonRoot"] is True, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], where
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], where
+
+
+def test_service_account_is_created_without_a_token(default):
+    (sa,) = default.of_kind("ServiceAccount")
+    assert sa["automountServiceAccountToken"] is False
+    for name in SERVICES:
+        assert default.workload(name)["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+# --- selectors, PDBs, monitoring, network policy -------------------------------------------
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("variant", ["default", "production"])
+def test_services_pdbs_and_policies_select_their_own_pods_only(variant):
+    rendered = render(VARIANTS[variant])
+    pod_labels = {n: rendered.workload(n)["spec"]["template"]["metadata"]["labels"] for n in SERVICES}
+    for name in SERVICES:
+        workload = rendered.workload(name)
+        assert _selects(workload["spec"]["selector"]["matchLabels"], pod_labels[name])
+        selectors = [rendered.get("Service", f"{RELEASE}-{name}")["spec"]["selector"],
+                     rendered.get("PodDisruptionBudget", f"{RELEASE}-{name}")["spec"]["selector"]["matchLabels"]]
+        policy = rendered.find("NetworkPolicy", f"{RELEASE}-{name}")
+        if policy:
+            selectors.append(policy["spec"]["podSelector"]["matchLabels"])
+        for selector in selectors:
+            matched = {n for n in SERVICES if _selects(selector, pod_labels[n])}
+            assert matched == {name}, (name, selector)
+
+
+def test_each_service_has_a_disruption_budget(production):
+    for name in SERVICES:
+        pdb = production.get("PodDisruptionBudget", f"{RELEASE}-{name}")
+        assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    rendered = render({"projection": {"pdb": {"minAvailable": "50%"}}, "counter": {"pdb": {"enabled": False}}})
+    assert rendered.get("PodDisruptionBudget", f"{RELEASE}-projection")["spec"]["minAvailable"] == "50%"
+    assert rendered.find("PodDisruptionBudget", f"{RELEASE}-counter") is None
+
+
+def test_service_monitors_scrape_metrics_on_the_admin_port(production):
+    monitors = production.of_kind("ServiceMonitor")
+    assert len(monitors) == 3
+    for name in SERVICES:
+        monitor = production.get("ServiceMonitor", f"{RELEASE}-{name}")
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        service = production.get("Service", f"{RELEASE}-{name}")
+        assert _selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+        assert [s for s in production.of_kind("Service")
+                if _selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
+                and any(p["name"] == "admin" for p in s["spec"]["ports"])] == [service]
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] == "admin" and endpoint["path"] == "/metrics"
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [chartlib.NAMESPACE]}
+
+
+def test_network_policies_admit_only_the_named_callers(production):
+    values = chartlib.production_values()
+    internal = {"relation": "projection", "projection": "counter", "counter": None}
+    for name in SERVICES:
+        policy = production.get("NetworkPolicy", f"{RELEASE}-{name}")
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        rules = {r["ports"][0]["port"]: r["from"] for r in policy["spec"]["ingress"]}
+        assert all(len(r["ports"]) == 1 for r in policy["spec"]["ingress"])
+        expected = list(values[name]["networkPolicy"]["allowFrom"])
+        if internal[name]:
+            caller_labels = production.workload(internal[name])["spec"]["template"]["metadata"]["labels"]
+            own = rules["grpc"][0]
+            assert own.keys() == {"podSelector"}
+            assert _selects(own["podSelector"]["matchLabels"], caller_labels)
+            expected = [own] + expected
+        assert rules == {"grpc": expected, "admin": values["networkPolicy"]["metricsFrom"]}
+
+
+def test_network_policy_without_callers_admits_nobody_from_outside():
+    rendered = render(VARIANTS["network-policy-without-callers"])
+    assert rendered.get("NetworkPolicy", f"{RELEASE}-counter")["spec"]["ingress"] == []
+    relation = rendered.get("NetworkPolicy", f"{RELEASE}-relation")["spec"]["ingress"]
+    assert [r["ports"] for r in relation] == [[{"port": "grpc", "protocol": "TCP"}]]
+    assert [list(p["podSelector"]["matchLabels"].items()) for p in relation[0]["from"]] == [
+        sorted({"app.kubernetes.io/component": "projection", "app.kubernetes.io/instance": RELEASE,
+                "app.kubernetes.io/name": "socialgraph"}.items())]
+
+
+# --- values.schema.json --------------------------------------------------------------------
+
+INVALID = {
+    "replicas given as a word": ({"projection": {"replicas": "three"}}, "/projection/replicas", "want integer"),
+    "negative replicas": ({"counter": {"replicas": -1}}, "/counter/replicas", "minimum"),
+    "zero relation replicas": ({"relation": {"replicas": 0}}, "/relation/replicas", "minimum"),
+    "fractional replicas": ({"projection": {"replicas": 2.5}}, "/projection/replicas", "want integer"),
+    "no database at all": ({"database": {"url": "", "existingSecret": ""}}, "/database", "anyOf"),
+    "no redis at all": ({"redis": {"url": "", "existingSecret": ""}}, "/redis/existingSecret", "minLength"),
+    "no kafka brokers": ({"kafka": {"brokers": []}}, "/kafka/brokers", "minItems"),
+    "existing secret given as a list": ({"database": {"existingSecret": ["pg"]}}, "/database/existingSecret",
+                                        "want string"),
+    "counter redis secret without key": ({"counter": {"redis": {"existingSecret": "r", "existingSecretKey": ""}}},
+                                         "/counter/redis/existingSecretKey", "pattern"),
+    "empty existing secret key": ({"database": {"existingSecret": "pg", "existingSecretKey": ""}},
+                                  "/database/existingSecretKey", "pattern"),
+    "invalid secret name": ({"auth": {"existingSecret": "Auth_Secret"}}, "/auth/existingSecret", "pattern"),
+    "database url of another scheme": ({"database": {"url": "http://db:5432"}}, "/database/url", "pattern"),
+    "broker without port": ({"kafka": {"brokers": ["kafka"]}}, "/kafka/brokers/0", "pattern"),
+    "brokers as one string": ({"kafka": {"brokers": "kafka:9092"}}, "/kafka/brokers", "want array"),
+    "zero partitions": ({"kafka": {"partitions": 0}}, "/kafka/partitions", "minimum"),
+    "unknown redis error mode": ({"relation": {"limits": {"onRedisError": "maybe"}}},
+                                 "/relation/limits/onRedisError", "'open', 'closed'"),
+    "negative following cap": ({"relation": {"limits": {"followingCap": -5}}},
+                               "/relation/limits/followingCap", "minimum"),
+    "rate limit as a string": ({"relation": {"limits": {"followBurst": "100"}}},
+                               "/relation/limits/followBurst", "want integer"),
+    "port out of range": ({"relation": {"ports": {"grpc": 70000}}}, "/relation/ports/grpc", "maximum"),
+    "log format": ({"log": {"format": "xml"}}, "/log/format", "'json', 'text'"),
+    "otlp endpoint without scheme": ({"otel": {"endpoint": "collector:4317"}}, "/otel/endpoint", "pattern"),
+    "misspelt key": ({"relation": {"replica": 3}}, "/relation", "'replica' not allowed"),
+    "unknown top-level key": ({"relations": {}}, "", "'relations' not allowed"),
+    "negative drain time": ({"counter": {"server": {"drainTimeoutMs": -1}}},
+                            "/counter/server/drainTimeoutMs", "minimum"),
+    "pdb as a word": ({"relation": {"pdb": {"maxUnavailable": "half"}}}, "/relation/pdb/maxUnavailable", "oneOf"),
+    "scrape interval in words": ({"serviceMonitor": {"interval": "30 seconds"}},
+                                 "/serviceMonitor/interval", "pattern"),
+    "network peer not an object": ({"relation": {"networkPolicy": {"allowFrom": ["bff"]}}},
+                                   "/relation/networkPolicy/allowFrom/0", "want object"),
+    "image digest malformed": ({"image": {"digest": "sha256:xyz"}}, "/image/digest", "pattern"),
+    "probe threshold zero": ({"relation": {"probes": {"liveness": {"periodSeconds": 10, "timeoutSeconds": 1,
+                                                                    "failureThreshold": 0}}}},
+                             "/relation/probes/liveness/failureThreshold", "minimum"),
+}
+
+
+def test_every_value_the_schema_accepts_is_documented_in_values_yaml():
+    """values.yaml is the reference of the settings: each key of the schema has a commented
+    default there (except Helm's `global`, and optional probe delays and resource claims)."""
+    schema = chartlib.chart().schema
+    values = yaml.safe_load((chartlib.CHART_DIR / "values.yaml").read_text())
+    optional = {"global", "claims", "initialDelaySeconds"}
+
+    def resolve(node):
+        while "$ref" in node:
+            node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+        return node
+
+    def walk(node, value, path):
+        node = resolve(node)
+        if node.get("additionalProperties") is not False or not isinstance(value, dict):
+            return
+        missing = set(node["properties"]) - set(value) - optional
+        assert not missing, f"{path or '/'}: {sorted(missing)} not in values.yaml"
+        for key, child in value.items():
+            walk(node["properties"][key], child, f"{path}/{key}")
+
+    walk(schema, values, "")
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_schema_rejects_invalid_values_naming_the_key(case):
+    values, pointer, reason = INVALID[case]
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    message = str(err.value)
+    assert f"at '{pointer}" in message and reason in message, message
+
+
+def test_schema_rejects_a_production_file_that_forgets_its_secret_names():
+    values = chartlib.production_values()
+    values["database"] = {"url": "", "existingSecret": "", "existingSecretKey": "url"}
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    assert "at '/database'" in str(err.value) and "anyOf" in str(err.value)
+    report = chartlib.lint(values)
+    assert any(m["severity"] == 3 for m in report["messages"]), report
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"projection": {"replicas": 13}}, "projection.replicas (13) is larger than kafka.partitions (12)"),
+    ({"counter": {"replicas": 4}, "kafka": {"partitions": 3}}, "counter.replicas (4) is larger than kafka.partitions (3)"),
+    ({"relation": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}}, "maxReplicas (2) is smaller than"),
+    ({"relation": {"autoscaling": {"targetCPUUtilizationPercentage": None}}}, "without a target"),
+    ({"projection": {"enabled": False}}, "counter.enabled needs projection-svc"),
+])
+def test_inconsistent_values_fail_with_a_message(values, message):
+    with pytest.raises(helm.HelmRenderError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+# --- the image the chart runs --------------------------------------------------------------
+
+
+def test_dockerfile_builds_every_binary_the_chart_runs():
+    dockerfile = (chartlib.REPO / "Dockerfile").read_text()
+    built = set(re.findall(r"--bin ([a-z-]+)", dockerfile))
+    commands = set()
+    for variant in ("default", "production", "all-inline"):
+        for _, pod in render(VARIANTS[variant]).pod_specs():
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                (command,) = c["command"]
+                commands.add(command)
+    assert commands == {f"/usr/local/bin/{n}-svc" for n in SERVICES}
+    assert {c.rsplit("/", 1)[1] for c in commands} <= built
+    assert "socialgraph" in built
+    assert re.search(r"^COPY --from=builder .* /usr/local/bin/$", dockerfile, re.M)
+    assert re.search(r"^USER 10001:10001$", dockerfile, re.M)
+    assert re.search(r"^FROM rust:1\.95-bookworm AS builder$", dockerfile, re.M)
+    assert re.search(r"^FROM debian:bookworm-slim$", dockerfile, re.M)
