@@ -18,4 +18,95 @@ impl Keys {
     pub fn follow_rate_limit(&self, user_id: i64) -> String {
         format!("{}sg:rl:follow:{{{user_id}}}", self.prefix)
     }
+
+    /// `sg:ucnt:{uid}`: the user's 20-byte counter string (see [`crate::counters::Sds`]).
+    pub fn user_counters(&self, user_id: i64) -> String {
+        format!("{}sg:ucnt:{{{user_id}}}", self.prefix)
+    }
+
+    /// `sg:ucnt:{uid}:guard`: hash `topic/partition` → the last offset of that partition
+    /// reflected in the user's counters. Same slot as the counters.
+    pub fn user_guard(&self, user_id: i64) -> String {
+        format!("{}sg:ucnt:{{{user_id}}}:guard", self.prefix)
+    }
+
+    /// `sg:ucnt:{uid}:chk`: present while the sampled drift check of the user is resting.
+    pub fn user_check(&self, user_id: i64) -> String {
+        format!("{}sg:ucnt:{{{user_id}}}:chk", self.prefix)
+    }
+
+    /// `sg:posts:{uid}`: set of `etype:eid` the user has published and not deleted (the fact
+    /// behind the posts counter). Same slot as the counters.
+    pub fn user_posts(&self, user_id: i64) -> String {
+        format!("{}sg:posts:{{{user_id}}}", self.prefix)
+    }
+
+    /// `sg:own:{etype:eid}`: the author id of a published entity (the content registry).
+    pub fn owner(&self, entity_type: &str, entity_id: i64) -> String {
+        format!("{}sg:own:{{{entity_type}:{entity_id}}}", self.prefix)
+    }
+
+    /// `sg:dirty:entities`: `etype:eid` of entities whose action event could not be
+    /// published; a background task rebuilds them.
+    pub fn dirty_entities(&self) -> String {
+        format!("{}sg:dirty:entities", self.prefix)
+    }
+
+    /// `sg:coff:{consumer}`: hash `topic/partition` → next offset of a Redis-backed consumer.
+    pub fn consumer_offsets(&self, consumer: &str) -> String {
+        format!("{}sg:coff:{{{consumer}}}", self.prefix)
+    }
+}
+
+/// Keys of one entity's like/fav facts and counts (DESIGN.md §5); all share the hash tag
+/// `{etype:eid}`, so one script can touch them atomically.
+#[derive(Debug, Clone)]
+pub struct EntityKeys {
+    prefix: String,
+    tag: String,
+}
+
+impl EntityKeys {
+    /// `sg:bm:{etype:eid}:{metric}:{chunk}`: bitmap chunk of actors `chunk * 32768 ..`.
+    pub fn chunk(&self, metric: &str, chunk: u64) -> String {
+        format!("{}{chunk}", self.chunk_prefix(metric))
+    }
+    /// Prefix of the chunk keys of `metric` (scripts append the chunk id).
+    pub fn chunk_prefix(&self, metric: &str) -> String {
+        format!("{}sg:bm:{}:{metric}:", self.prefix, self.tag)
+    }
+    /// `sg:bmc:{etype:eid}:{metric}`: set of the chunk ids in use (counts never need KEYS or
+    /// SCAN).
+    pub fn chunk_set(&self, metric: &str) -> String {
+        format!("{}sg:bmc:{}:{metric}", self.prefix, self.tag)
+    }
+    /// `sg:bms:{etype:eid}:{metric}`: set of actor ids too large for bitmap chunks.
+    pub fn sparse(&self, metric: &str) -> String {
+        format!("{}sg:bms:{}:{metric}", self.prefix, self.tag)
+    }
+    /// `sg:seq:{etype:eid}`: the entity's toggle sequence, bumped by every change of a fact.
+    pub fn seq(&self) -> String {
+        format!("{}sg:seq:{}", self.prefix, self.tag)
+    }
+    /// `sg:cnt:{etype:eid}`: the 20-byte entity counter (read, like, fav, comment, repost).
+    pub fn counter(&self) -> String {
+        format!("{}sg:cnt:{}", self.prefix, self.tag)
+    }
+    /// `sg:cnt:{etype:eid}:guard`: hash `off` (last applied offset) and `base` (sequence
+    /// covered by the last rebuild).
+    pub fn guard(&self) -> String {
+        format!("{}sg:cnt:{}:guard", self.prefix, self.tag)
+    }
+}
+
+impl Keys {
+    /// The keys of entity `etype:eid`.
+    pub fn entity(&self, entity_type: &str, entity_id: i64) -> EntityKeys {
+        EntityKeys { prefix: self.prefix.clone(), tag: format!("{{{entity_type}:{entity_id}}}") }
+    }
+}
+
+/// The field naming one partition of one topic in guard and offset hashes.
+pub fn partition_field(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
 }

@@ -1,6 +1,8 @@
 //! Redis for socialgraph: the bb8 pool, the key schema ([`keys`], the one place keys are
 //! spelled) and the Lua scripts.
 
+pub mod counters;
+pub mod entities;
 pub mod keys;
 pub mod rate_limit;
 
@@ -20,6 +22,9 @@ pub enum CacheError {
     /// The command failed or returned an unexpected reply.
     #[error("redis command failed: {0}")]
     Command(#[from] redis::RedisError),
+    /// A reply did not have the expected shape.
+    #[error("unexpected redis reply: {0}")]
+    Reply(#[from] redis::ParsingError),
     /// The command took longer than allowed.
     #[error("redis command timed out")]
     Timeout,

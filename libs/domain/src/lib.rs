@@ -4,7 +4,7 @@
 mod ids;
 mod page;
 
-pub use ids::{Edge, EdgeState, UserId, Violation, validate_batch, validate_user_id};
+pub use ids::{Edge, EdgeState, MAX_ENTITY_TYPE_LEN, UserId, Violation, valid_entity_type, validate_batch, validate_user_id};
 pub use page::{
     Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, PageToken, PageTokenError, PageTokenKey,
     page_size,

@@ -75,11 +75,10 @@ pub async fn partition_count(client: &Client, topic: &str) -> Result<Option<i32>
     Ok(topics.into_iter().find(|t| t.name == topic).map(|t| t.partitions.len() as i32))
 }
 
-/// Publishes outbox rows to Kafka: partition by Kafka's default partitioner on the 8-byte
-/// big-endian `partition_key`, one Lz4-compressed produce request per partition (so order is
-/// kept within a partition), partitions in parallel. Topics are created on first use with the
-/// configured partition count.
-pub struct KafkaSink {
+/// Produces keyed records: partition by Kafka's default partitioner on the key bytes, one
+/// Lz4-compressed request per partition (order kept within a partition), partitions in
+/// parallel. Topics are created on first use with `default_partitions` partitions.
+pub struct Producer {
     client: Client,
     default_partitions: i32,
     /// Partition count per topic, learnt on first use.
@@ -88,13 +87,32 @@ pub struct KafkaSink {
     partitions: Mutex<HashMap<(String, i32), Arc<PartitionClient>>>,
 }
 
-impl KafkaSink {
-    /// A sink over `client`; topics it creates get `default_partitions` partitions.
+/// A record to produce.
+#[derive(Debug, Clone)]
+pub struct KeyedRecord {
+    /// Topic.
+    pub topic: String,
+    /// Key bytes (they choose the partition).
+    pub key: Vec<u8>,
+    /// Value bytes.
+    pub value: Vec<u8>,
+    /// Headers.
+    pub headers: BTreeMap<String, Vec<u8>>,
+    /// Record timestamp, ms since the epoch.
+    pub timestamp_ms: i64,
+}
+
+impl Producer {
+    /// A producer over `client`; topics it creates get `default_partitions` partitions.
     pub fn new(client: Client, default_partitions: i32) -> Self {
         Self { client, default_partitions, topics: Mutex::default(), partitions: Mutex::default() }
     }
 
-    async fn topic_partitions(&self, topic: &str) -> Result<i32, KafkaError> {
+    /// Partition count of `topic`, creating it if missing.
+    ///
+    /// # Errors
+    /// The broker could not be reached.
+    pub async fn topic_partitions(&self, topic: &str) -> Result<i32, KafkaError> {
         if let Some(n) = self.topics.lock().await.get(topic) {
             return Ok(*n);
         }
@@ -118,20 +136,54 @@ impl KafkaSink {
         Ok(c)
     }
 
-    async fn produce_group(&self, topic: &str, partition: i32, rows: &[&OutboxRow]) -> Result<(), KafkaError> {
-        let client = self.partition_client(topic, partition).await?;
-        let records = rows.iter().map(|r| to_record(r)).collect();
-        client.produce(records, Compression::Lz4).await.map_err(kerr(format!("produce {topic}/{partition}")))?;
-        Ok(())
+    /// Produces `records` (grouped by partition, order kept within each); returns for each
+    /// input whether the broker acknowledged it, and the first error.
+    pub async fn produce(&self, records: Vec<KeyedRecord>) -> (Vec<bool>, Option<KafkaError>) {
+        let mut acked = vec![false; records.len()];
+        let mut groups: BTreeMap<(String, i32), Vec<(usize, Record)>> = BTreeMap::new();
+        for (i, r) in records.into_iter().enumerate() {
+            let n = match self.topic_partitions(&r.topic).await {
+                Ok(n) => n,
+                Err(e) => return (acked, Some(e)),
+            };
+            let p = crate::kafka_partition(&r.key, n);
+            let record = Record {
+                key: Some(r.key),
+                value: Some(r.value),
+                headers: r.headers,
+                timestamp: rskafka::chrono::DateTime::from_timestamp_millis(r.timestamp_ms).unwrap_or_default(),
+            };
+            groups.entry((r.topic, p)).or_default().push((i, record));
+        }
+        let results = futures::future::join_all(groups.into_iter().map(|((topic, p), items)| async move {
+            let (idx, recs): (Vec<usize>, Vec<Record>) = items.into_iter().unzip();
+            let result = match self.partition_client(&topic, p).await {
+                Ok(c) => c.produce(recs, Compression::Lz4).await.map(|_| ()).map_err(kerr(format!("produce {topic}/{p}"))),
+                Err(e) => Err(e),
+            };
+            (idx, result)
+        }))
+        .await;
+        let mut error = None;
+        for (idx, result) in results {
+            match result {
+                Ok(()) => idx.into_iter().for_each(|i| acked[i] = true),
+                Err(e) => error = Some(e),
+            }
+        }
+        (acked, error)
     }
 }
 
-fn to_record(row: &OutboxRow) -> Record {
-    Record {
-        key: Some(row.row.partition_key.to_be_bytes().to_vec()),
-        value: Some(row.row.payload.clone()),
-        headers: crate::headers::decode(&row.row.headers),
-        timestamp: rskafka::chrono::DateTime::from_timestamp_millis(row.row.created_at_ms).unwrap_or_default(),
+/// Publishes outbox rows through a [`Producer`]: key = `partition_key` as 8 bytes big-endian.
+pub struct KafkaSink {
+    producer: Producer,
+}
+
+impl KafkaSink {
+    /// A sink over `client`; topics it creates get `default_partitions` partitions.
+    pub fn new(client: Client, default_partitions: i32) -> Self {
+        Self { producer: Producer::new(client, default_partitions) }
     }
 }
 
@@ -139,26 +191,17 @@ impl EventSink for KafkaSink {
     type Error = KafkaError;
 
     async fn publish(&self, rows: &[OutboxRow]) -> PublishOutcome<KafkaError> {
-        let mut groups: BTreeMap<(String, i32), Vec<&OutboxRow>> = BTreeMap::new();
-        for row in rows {
-            let n = match self.topic_partitions(&row.row.topic).await {
-                Ok(n) => n,
-                Err(e) => return PublishOutcome { acked: Vec::new(), error: Some(e) },
-            };
-            let p = crate::kafka_partition(&row.row.partition_key.to_be_bytes(), n);
-            groups.entry((row.row.topic.clone(), p)).or_default().push(row);
-        }
-        let results = futures::future::join_all(
-            groups.iter().map(|((topic, p), rows)| async move { (rows, self.produce_group(topic, *p, rows).await) }),
-        )
-        .await;
-        let mut outcome = PublishOutcome { acked: Vec::new(), error: None };
-        for (rows, result) in results {
-            match result {
-                Ok(()) => outcome.acked.extend(rows.iter().map(|r| r.id)),
-                Err(e) => outcome.error = Some(e),
-            }
-        }
-        outcome
+        let records = rows
+            .iter()
+            .map(|r| KeyedRecord {
+                topic: r.row.topic.clone(),
+                key: r.row.partition_key.to_be_bytes().to_vec(),
+                value: r.row.payload.clone(),
+                headers: crate::headers::decode(&r.row.headers),
+                timestamp_ms: r.row.created_at_ms,
+            })
+            .collect();
+        let (acked, error) = self.producer.produce(records).await;
+        PublishOutcome { acked: rows.iter().zip(acked).filter(|(_, a)| *a).map(|(r, _)| r.id).collect(), error }
     }
 }

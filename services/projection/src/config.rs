@@ -133,6 +133,8 @@ mod tests {
             jail.set_env("SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL", "2");
             jail.set_env("SG_CONSUMER__PARTITIONS__REPLICA__COUNT", "3");
             jail.set_env("SG_DATABASE__URL", "mysql://root@db/sg");
+            jail.set_env("SG_CONFIG", "/etc/socialgraph/projection.toml");
+            jail.set_env("SG_LOG_FORMAT", "json");
             let c: Config = socialgraph_server::load_config(None).map_err(|e| e.to_string())?;
             assert_eq!(c.consumer.partitions, Assignment::Replica { ordinal: 2, count: 3 });
             assert_eq!(c.database.url, "mysql://root@db/sg");

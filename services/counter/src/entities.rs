@@ -1,0 +1,283 @@
+//! Likes and favourites: toggles on the bitmap facts, entity counts, action states, rebuilds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prometheus::IntCounter;
+use prost::Message;
+use redis::Value;
+use socialgraph_cache::entities::{EntityScripts, Slot, slot};
+use socialgraph_cache::keys::EntityKeys;
+use socialgraph_domain::{MAX_BATCH, Violation, valid_entity_type, validate_user_id};
+use socialgraph_events::{KeyedRecord, Producer};
+use socialgraph_proto::counter::v1 as pb;
+use socialgraph_proto::events::v1::{ActionEvent, Metric};
+use socialgraph_server::{ApiError, ApiResult};
+use tokio::sync::OnceCell;
+
+use crate::service::cache_error;
+use crate::store::Store;
+
+/// The like metric.
+pub const LIKE: Metric = Metric::Like;
+/// The favourite metric.
+pub const FAV: Metric = Metric::Fav;
+
+/// Name of a metric inside keys.
+pub fn metric_name(m: Metric) -> &'static str {
+    if m == Metric::Fav { "fav" } else { "like" }
+}
+
+/// The entity side of counter-svc.
+pub struct Entities {
+    /// Redis.
+    pub store: Store,
+    /// Producer of action events, set once Kafka is reachable.
+    pub producer: Arc<OnceCell<Producer>>,
+    /// Topic of action events.
+    pub topic: String,
+    /// Toggles whose event could not be published (their entity is queued for a rebuild).
+    pub publish_failures: IntCounter,
+}
+
+/// Validates an entity reference, naming fields under `path` (e.g. `entity`, `entities[3]`).
+pub fn validate_entity(path: &str, e: Option<&pb::EntityRef>) -> Vec<Violation> {
+    let Some(e) = e else {
+        return vec![Violation::new(path, "is required")];
+    };
+    let mut bad = Vec::new();
+    if !valid_entity_type(&e.entity_type) {
+        bad.push(Violation::new(format!("{path}.entity_type"), "must be 1..64 bytes of [a-z0-9_]"));
+    }
+    bad.extend(validate_user_id(&format!("{path}.entity_id"), e.entity_id).err());
+    bad
+}
+
+/// The nine keys of an entity's scripts: counter, guard, seq, then prefix/chunk set/sparse set
+/// for like and for fav.
+fn script_keys(k: &EntityKeys) -> [String; 9] {
+    [
+        k.counter(),
+        k.guard(),
+        k.seq(),
+        k.chunk_prefix("like"),
+        k.chunk_set("like"),
+        k.sparse("like"),
+        k.chunk_prefix("fav"),
+        k.chunk_set("fav"),
+        k.sparse("fav"),
+    ]
+}
+
+fn pair(v: Value) -> ApiResult<(u64, u64)> {
+    redis::from_redis_value::<(u64, u64)>(v).map_err(|e| ApiError::internal(e))
+}
+
+impl Entities {
+    fn keys(&self, e: &pb::EntityRef) -> EntityKeys {
+        self.store.keys.entity(&e.entity_type, e.entity_id)
+    }
+
+    /// Sets (`wanted`) or clears the actor's `metric` on the entity; returns (changed, active).
+    /// A change publishes one ActionEvent; if that fails the entity is queued for a rebuild,
+    /// so its count still converges.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT with field violations; UNAVAILABLE when Redis is down.
+    pub async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+        let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
+        bad.extend(validate_entity("entity", entity));
+        if owner_id < 0 {
+            bad.push(Violation::new("owner_id", "must be >= 0 (0 = unknown)"));
+        }
+        let Some(entity) = entity.filter(|_| bad.is_empty()) else {
+            return Err(bad.into());
+        };
+        let k = self.keys(entity);
+        let name = metric_name(metric);
+        let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
+        match slot(actor_id) {
+            Slot::Bit { chunk, bit } => {
+                inv.key(k.chunk(name, chunk)).key(k.chunk_set(name)).key(k.seq());
+                inv.arg("bit").arg(bit).arg(u8::from(wanted)).arg(chunk);
+            }
+            Slot::Sparse => {
+                inv.key(k.sparse(name)).key(k.chunk_set(name)).key(k.seq());
+                inv.arg("set").arg(actor_id).arg(u8::from(wanted)).arg(0);
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&inv);
+        let v = self.store.query(&pipe).await.map_err(cache_error)?;
+        let (changed, seq) = redis::from_redis_value::<(i64, i64)>(v.into_iter().next().unwrap_or(Value::Nil)).map_err(ApiError::internal)?;
+        if changed == 1 {
+            self.publish(actor_id, entity, owner_id, metric, if wanted { 1 } else { -1 }, seq).await;
+        }
+        Ok((changed == 1, wanted))
+    }
+
+    async fn publish(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, delta: i32, sequence: i64) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default();
+        let event = ActionEvent {
+            event_id: format!("{}:{}:{sequence}", entity.entity_type, entity.entity_id),
+            metric: metric as i32,
+            entity_type: entity.entity_type.clone(),
+            entity_id: entity.entity_id,
+            actor_id,
+            owner_id,
+            delta,
+            sequence,
+            occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
+        };
+        let mut headers = BTreeMap::new();
+        socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
+        headers.insert("event-type".to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
+        headers.insert("schema".to_owned(), "v1".to_owned());
+        let record = KeyedRecord {
+            topic: self.topic.clone(),
+            key: format!("{}:{}", entity.entity_type, entity.entity_id).into_bytes(),
+            value: event.encode_to_vec(),
+            headers: headers.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+            timestamp_ms: now,
+        };
+        let error = match self.producer.get() {
+            Some(p) => p.produce(vec![record]).await.1.map(|e| e.to_string()),
+            None => Some("kafka not connected yet".to_owned()),
+        };
+        if let Some(e) = error {
+            self.publish_failures.inc();
+            tracing::warn!(error = %e, entity_type = %entity.entity_type, entity_id = entity.entity_id, "action event not published; entity queued for rebuild");
+            let mut pipe = redis::pipe();
+            pipe.sadd(self.store.keys.dirty_entities(), format!("{}:{}", entity.entity_type, entity.entity_id)).ignore();
+            if let Err(e) = self.store.query(&pipe).await {
+                tracing::error!(error = %e, "could not queue the entity for rebuild");
+            }
+        }
+    }
+
+    /// Like and fav counts of each entity, in request order, in one round trip; missing or
+    /// malformed counters are rebuilt from the facts inside the same script.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad entity, unknown metric, 0 or > 1000 entities); UNAVAILABLE.
+    pub async fn counts(&self, entities: &[pb::EntityRef], metrics: &[i32], field: &str) -> ApiResult<Vec<pb::EntityCounts>> {
+        let mut bad = Vec::new();
+        if field == "entities" && (entities.is_empty() || entities.len() > MAX_BATCH) {
+            bad.push(Violation::new(field, format!("must hold 1..={MAX_BATCH} entities, got {}", entities.len())));
+        }
+        for (i, e) in entities.iter().enumerate() {
+            let path = if field == "entities" { format!("entities[{i}]") } else { field.to_owned() };
+            bad.extend(validate_entity(&path, Some(e)));
+        }
+        let wanted: Vec<Metric> = if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
+        for (i, m) in wanted.iter().enumerate() {
+            if *m == Metric::Unspecified {
+                bad.push(Violation::new(format!("metrics[{i}]"), "unknown metric: use METRIC_LIKE or METRIC_FAV"));
+            }
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let values = self.read_or_rebuild(entities, false).await?;
+        Ok(entities
+            .iter()
+            .zip(values)
+            .map(|(e, (likes, favs))| pb::EntityCounts {
+                entity: Some(e.clone()),
+                counts: wanted.iter().map(|m| pb::MetricCount { metric: *m as i32, count: if *m == FAV { favs } else { likes } }).collect(),
+            })
+            .collect())
+    }
+
+    async fn read_or_rebuild(&self, entities: &[pb::EntityRef], force: bool) -> ApiResult<Vec<(u64, u64)>> {
+        let mut pipe = redis::pipe();
+        for e in entities {
+            let mut inv = self.store.entity_scripts.read_or_rebuild.prepare_invoke();
+            for k in script_keys(&self.keys(e)) {
+                inv.key(k);
+            }
+            inv.arg(if force { "1" } else { "0" });
+            pipe.invoke_script(&inv);
+        }
+        self.store.query(&pipe).await.map_err(cache_error)?.into_iter().map(pair).collect()
+    }
+
+    /// Recomputes one entity's counts from its facts (admin).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad entity; UNAVAILABLE.
+    pub async fn rebuild(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
+        let bad = validate_entity("entity", Some(entity));
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let (likes, favs) = self.read_or_rebuild(std::slice::from_ref(entity), true).await?.pop().unwrap_or_default();
+        Ok(pb::EntityCounts {
+            entity: Some(entity.clone()),
+            counts: vec![pb::MetricCount { metric: LIKE as i32, count: likes }, pb::MetricCount { metric: FAV as i32, count: favs }],
+        })
+    }
+
+    /// Rebuilds the entities whose events could not be published; returns how many.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when Redis is down.
+    pub async fn repair_dirty(&self) -> ApiResult<usize> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SPOP").arg(self.store.keys.dirty_entities()).arg(100);
+        let members: Vec<String> = self.store.query(&pipe).await.map_err(cache_error)?.into_iter().next().and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default();
+        let entities: Vec<pb::EntityRef> = members
+            .iter()
+            .filter_map(|m| m.rsplit_once(':'))
+            .filter_map(|(t, id)| id.parse().ok().map(|entity_id| pb::EntityRef { entity_type: t.to_owned(), entity_id }))
+            .collect();
+        if !entities.is_empty() {
+            self.read_or_rebuild(&entities, true).await?;
+        }
+        Ok(entities.len())
+    }
+
+    /// Whether `actor_id` liked / favourited each entity, in request order, in one round trip.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids, type, or batch size; UNAVAILABLE.
+    pub async fn states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
+        let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
+        if !valid_entity_type(entity_type) {
+            bad.push(Violation::new("entity_type", "must be 1..64 bytes of [a-z0-9_]"));
+        }
+        if let Err(v) = socialgraph_domain::validate_batch("entity_ids", ids) {
+            bad.extend(v);
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            let k = self.store.keys.entity(entity_type, *id);
+            for name in ["like", "fav"] {
+                match slot(actor_id) {
+                    Slot::Bit { chunk, bit } => pipe.getbit(k.chunk(name, chunk), bit as usize),
+                    Slot::Sparse => pipe.sismember(k.sparse(name), actor_id),
+                };
+            }
+        }
+        let v = self.store.query(&pipe).await.map_err(cache_error)?;
+        let flags: Vec<bool> = v.into_iter().map(|x| redis::from_redis_value::<i64>(x).unwrap_or(0) == 1).collect();
+        Ok(ids.iter().enumerate().map(|(i, id)| pb::ActionState { entity_id: *id, liked: flags[2 * i], faved: flags[2 * i + 1] }).collect())
+    }
+}
+
+/// The arguments of the entity apply script for one entity's events in a batch:
+/// (offset, sequence, counter index, delta).
+pub fn apply_invocation<'a>(scripts: &'a EntityScripts, keys: &EntityKeys, last: i64, events: &[(i64, i64, usize, i64)]) -> redis::ScriptInvocation<'a> {
+    let mut inv = scripts.apply.prepare_invoke();
+    for k in script_keys(keys) {
+        inv.key(k);
+    }
+    inv.arg(last);
+    for (o, q, idx, d) in events {
+        inv.arg(*o).arg(*q).arg(*idx).arg(*d);
+    }
+    inv
+}

@@ -1,0 +1,184 @@
+//! counter-svc: per-user counters (followings, followers, posts, likes and favourites
+//! received) and per-entity like/fav counts in Redis. Consumes `sg.relation.v1`,
+//! `sg.content.v1` and `sg.counter.v1` effectively-once; takes like/fav toggles on bitmap facts
+//! and publishes their events.
+
+pub mod config;
+pub mod consume;
+pub mod entities;
+pub mod grpc;
+pub mod service;
+pub mod store;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use socialgraph_events::consumer::{Progress, run_partition};
+use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer;
+use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
+use socialgraph_server::Readiness;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// Full gRPC name of the service.
+pub const SERVICE_NAME: &str = "socialgraph.counter.v1.CounterService";
+/// Name of this service's consumer offsets in Redis.
+pub const CONSUMER: &str = "counter";
+
+fn counter(registry: &Registry, name: &str, help: &str) -> anyhow::Result<IntCounter> {
+    let c = IntCounter::new(name, help)?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+/// Runs counter-svc on `grpc` and `admin` until `shutdown` fires.
+///
+/// # Errors
+/// Start-up failures (bad Redis or projection URL) and transport failures.
+pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let timeout = Duration::from_millis(config.redis.timeout_ms);
+    let pool = socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, timeout).context("redis url")?;
+    let store = store::Store {
+        pool,
+        keys: socialgraph_cache::keys::Keys::new(config.redis.key_prefix.clone()),
+        scripts: Default::default(),
+        entity_scripts: Default::default(),
+        timeout,
+    };
+    let registry = Registry::new();
+    let skipped = IntCounterVec::new(Opts::new("sg_counter_skipped_total", "Records skipped, by reason"), &["reason"])?;
+    registry.register(Box::new(skipped.clone()))?;
+    let lag = IntGaugeVec::new(Opts::new("sg_counter_lag_records", "Records not yet applied"), &["topic", "partition"])?;
+    registry.register(Box::new(lag.clone()))?;
+    let metrics = consume::ConsumerMetrics {
+        applied: counter(&registry, "sg_counter_applied_total", "Guarded user-counter scripts that applied a change")?,
+        skipped,
+    };
+    let channel = tonic::transport::Channel::from_shared(config.projection.url.clone()).context("projection.url")?.connect_lazy();
+    let relation_partitions = Arc::new(AtomicI32::new(0));
+    let counters = Arc::new(service::Counters {
+        store: store.clone(),
+        projection: ProjectionServiceClient::new(channel),
+        relation_topic: config.kafka.relation_topic.clone(),
+        relation_partitions: Arc::clone(&relation_partitions),
+        check_interval_secs: config.counters.check_interval_secs,
+        rebuild_wait: Duration::from_millis(config.counters.rebuild_wait_ms),
+        rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters rebuilt from the facts")?,
+        repairs: counter(&registry, "sg_counter_repairs_total", "Sampled checks that found and repaired drift")?,
+    });
+    let producer = Arc::new(tokio::sync::OnceCell::new());
+    let entities = Arc::new(entities::Entities {
+        store: store.clone(),
+        producer: Arc::clone(&producer),
+        topic: config.kafka.counter_topic.clone(),
+        publish_failures: counter(&registry, "sg_action_publish_failures_total", "Toggles whose event could not be published")?,
+    });
+
+    let readiness = Readiness::default();
+    let loops = CancellationToken::new();
+    let ctx = ConsumeCtx { config: config.clone(), store, metrics, relation_partitions, producer, lag, readiness: readiness.clone() };
+    let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
+    let repair = tokio::spawn(repair_dirty(Arc::clone(&entities), loops.clone()));
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
+    let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(counters, entities, config.auth.admin_token.clone())));
+    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], &[], grpc, &config.server, readiness, shutdown).await;
+    loops.cancel();
+    let _ = consumers.await;
+    let _ = repair.await;
+    let _ = admin_task.await;
+    served
+}
+
+async fn repair_dirty(entities: Arc<entities::Entities>, cancel: CancellationToken) {
+    while !cancel.is_cancelled() {
+        match entities.repair_dirty().await {
+            Ok(n) if n > 0 => tracing::info!(entities = n, "rebuilt entities whose events were not published"),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "dirty entity repair skipped"),
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => {} }
+    }
+}
+
+/// What the consumers need.
+struct ConsumeCtx {
+    config: Config,
+    store: store::Store,
+    metrics: consume::ConsumerMetrics,
+    relation_partitions: Arc<AtomicI32>,
+    producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
+    lag: IntGaugeVec,
+    readiness: Readiness,
+}
+
+/// Connects to Kafka (retrying while it is down), makes sure the topics exist, starts one
+/// consumer per owned partition of each topic, and keeps readiness and lag current.
+async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
+    let k = &ctx.config.kafka;
+    let deadline = Duration::from_millis(k.request_deadline_ms);
+    let topics = [k.relation_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
+    let (client, counts) = loop {
+        let attempt = async {
+            let client = socialgraph_events::kafka::connect(&k.brokers, deadline).await?;
+            let mut counts = Vec::new();
+            for t in &topics {
+                counts.push(socialgraph_events::kafka::ensure_topic(&client, t, k.partitions).await?);
+            }
+            Ok::<_, socialgraph_events::KafkaError>((client, counts))
+        };
+        tokio::select! {
+            r = attempt => match r {
+                Ok(v) => break v,
+                Err(e) => tracing::warn!(error = %e, "consumer: kafka unavailable, retrying"),
+            },
+            _ = cancel.cancelled() => return,
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    };
+    ctx.relation_partitions.store(counts[0], Ordering::Relaxed);
+    match socialgraph_events::kafka::connect(&k.brokers, deadline).await {
+        Ok(c) => {
+            let _ = ctx.producer.set(socialgraph_events::Producer::new(c, k.partitions));
+        }
+        Err(e) => tracing::warn!(error = %e, "producer: kafka unavailable; toggles queue their entities for rebuild"),
+    }
+    let client = Arc::new(client);
+    let progress = Progress::default();
+    let relation = Arc::new(consume::RelationCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let mut tasks = Vec::new();
+    let mut owned = Vec::new();
+    for (t, n) in topics.iter().zip(&counts) {
+        for p in ctx.config.consumer.partitions.partitions(*n) {
+            owned.push((t.clone(), p));
+            let (c, prog, s, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), cancel.clone());
+            tasks.push(if t == &k.relation_topic {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&relation), prog, s, cc))
+            } else if t == &k.content_topic {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, cc))
+            } else {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&actions), prog, s, cc))
+            });
+        }
+    }
+    while !cancel.is_cancelled() {
+        {
+            let map = progress.read().await;
+            ctx.readiness.set(owned.iter().all(|key| map.get(key).is_some_and(|s| s.running)));
+            for ((t, p), s) in map.iter() {
+                ctx.lag.with_label_values(&[t.as_str(), &p.to_string()]).set(s.lag());
+            }
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_millis(200)) => {}, _ = cancel.cancelled() => {} }
+    }
+    ctx.readiness.set(false);
+    for t in tasks {
+        let _ = t.await;
+    }
+}
