@@ -209,3 +209,24 @@ async fn bad_input_on_user_counter_rpcs_gets_invalid_argument() -> anyhow::Resul
     assert_eq!(e.code(), Code::Unauthenticated);
     m.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replayed_batch_whose_users_are_all_through_is_skipped_without_stalling() -> anyhow::Result<()> {
+    let mut m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    read_all(&m, 3).await?;
+    let mut rc = m.relation.client().await?;
+    rc.follow(FollowRequest { follower_id: 1, followee_id: 2 }).await?;
+    m.settle(SETTLE).await?;
+    // Forget the consumer's offsets but keep the users' guards: the replayed batch has nothing
+    // to do for any user, and the restarted consumer must move on.
+    m.counter.shutdown.cancel();
+    (&mut m.counter.task).await??;
+    let mut conn = redis::Client::open(m.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let _: i64 = redis::AsyncCommands::del(&mut conn, socialgraph_cache::keys::Keys::new(m.prefix.clone()).consumer_offsets("counter")).await?;
+    m.counter = spawn_counter(m.counter_config()).await?;
+    rc.follow(FollowRequest { follower_id: 3, followee_id: 2 }).await?;
+    m.settle(Duration::from_secs(30)).await?;
+    let got = read_all(&m, 3).await?;
+    assert_eq!((got[&1], got[&2], got[&3]), ((1, 0), (0, 2), (1, 0)));
+    m.stop().await
+}

@@ -91,6 +91,14 @@ end
 return rebuild(KEYS)
 ";
 
+/// KEYS: pending set. ARGV: member, score read. Removes the member only if no toggle
+/// re-registered it since (its score is unchanged).
+const UNPEND: &str = r"
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+";
+
 /// The entity scripts.
 #[derive(Clone)]
 pub struct EntityScripts {
@@ -100,6 +108,8 @@ pub struct EntityScripts {
     pub apply: Script,
     /// Read, rebuilding if missing (or forced).
     pub read_or_rebuild: Script,
+    /// Conditional removal from the pending set.
+    pub unpend: Script,
 }
 
 impl Default for EntityScripts {
@@ -108,6 +118,7 @@ impl Default for EntityScripts {
             toggle: Script::new(TOGGLE),
             apply: Script::new(&format!("{LUA_COUNT}{APPLY}")),
             read_or_rebuild: Script::new(&format!("{LUA_COUNT}{READ_OR_REBUILD}")),
+            unpend: Script::new(UNPEND),
         }
     }
 }

@@ -46,10 +46,12 @@ impl Keys {
         format!("{}sg:own:{{{entity_type}:{entity_id}}}", self.prefix)
     }
 
-    /// `sg:dirty:entities`: `etype:eid` of entities whose action event could not be
-    /// published; a background task rebuilds them.
-    pub fn dirty_entities(&self) -> String {
-        format!("{}sg:dirty:entities", self.prefix)
+    /// `sg:pending:entities`: sorted set of `etype:eid` scored by the time (ms) of their last
+    /// toggle. A toggle registers its entity before flipping the fact, so an event lost to a
+    /// crash between the flip and the publish is covered: entities quiet for a moment are
+    /// rebuilt from their facts and removed.
+    pub fn pending_entities(&self) -> String {
+        format!("{}sg:pending:entities", self.prefix)
     }
 
     /// `sg:coff:{consumer}`: hash `topic/partition` → next offset of a Redis-backed consumer.

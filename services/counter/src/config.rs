@@ -114,11 +114,14 @@ pub struct CounterSettings {
     pub check_interval_secs: u64,
     /// How long a rebuild waits for projection-svc to catch up with this consumer.
     pub rebuild_wait_ms: u64,
+    /// An entity toggled this long ago without a newer toggle is rebuilt from its facts once,
+    /// covering an event lost between the toggle and its publish (a crash).
+    pub verify_after_ms: u64,
 }
 
 impl Default for CounterSettings {
     fn default() -> Self {
-        Self { check_interval_secs: 300, rebuild_wait_ms: 5_000 }
+        Self { check_interval_secs: 300, rebuild_wait_ms: 5_000, verify_after_ms: 2_000 }
     }
 }
 

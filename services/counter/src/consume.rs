@@ -266,9 +266,7 @@ impl BatchHandler for ActionCounter {
             let keys = self.store.keys.entity(t, *id);
             pipe.invoke_script(&crate::entities::apply_invocation(&self.store.entity_scripts, &keys, last, events)).ignore();
         }
-        if !per_entity.is_empty() {
-            self.store.query(&pipe).await?;
-        }
+        self.store.query(&pipe).await?;
         apply_changes(&self.store, &partition_field(topic, partition), last, &changes, &self.metrics.applied).await?;
         self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
         Ok(())

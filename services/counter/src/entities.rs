@@ -28,6 +28,10 @@ pub fn metric_name(m: Metric) -> &'static str {
     if m == Metric::Fav { "fav" } else { "like" }
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
+}
+
 /// The entity side of counter-svc.
 pub struct Entities {
     /// Redis.
@@ -36,7 +40,7 @@ pub struct Entities {
     pub producer: Arc<OnceCell<Producer>>,
     /// Topic of action events.
     pub topic: String,
-    /// Toggles whose event could not be published (their entity is queued for a rebuild).
+    /// Toggles whose event could not be published (their entity is rebuilt once quiet).
     pub publish_failures: IntCounter,
 }
 
@@ -106,7 +110,10 @@ impl Entities {
                 inv.arg("set").arg(actor_id).arg(u8::from(wanted)).arg(0);
             }
         }
+        // Register the entity as pending before the flip (same round trip), so that an event
+        // lost to a crash before it is published is repaired by a rebuild from the facts.
         let mut pipe = redis::pipe();
+        pipe.zadd(self.store.keys.pending_entities(), format!("{}:{}", entity.entity_type, entity.entity_id), now_ms()).ignore();
         pipe.invoke_script(&inv);
         let v = self.store.query(&pipe).await.map_err(cache_error)?;
         let (changed, seq) = redis::from_redis_value::<(i64, i64)>(v.into_iter().next().unwrap_or(Value::Nil)).map_err(ApiError::internal)?;
@@ -117,7 +124,7 @@ impl Entities {
     }
 
     async fn publish(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, delta: i32, sequence: i64) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default();
+        let now = now_ms();
         let event = ActionEvent {
             event_id: format!("{}:{}:{sequence}", entity.entity_type, entity.entity_id),
             metric: metric as i32,
@@ -145,13 +152,9 @@ impl Entities {
             None => Some("kafka not connected yet".to_owned()),
         };
         if let Some(e) = error {
+            // The entity is pending already: the repair task rebuilds it from its facts.
             self.publish_failures.inc();
-            tracing::warn!(error = %e, entity_type = %entity.entity_type, entity_id = entity.entity_id, "action event not published; entity queued for rebuild");
-            let mut pipe = redis::pipe();
-            pipe.sadd(self.store.keys.dirty_entities(), format!("{}:{}", entity.entity_type, entity.entity_id)).ignore();
-            if let Err(e) = self.store.query(&pipe).await {
-                tracing::error!(error = %e, "could not queue the entity for rebuild");
-            }
+            tracing::warn!(error = %e, entity_type = %entity.entity_type, entity_id = entity.entity_id, "action event not published; the entity will be rebuilt");
         }
     }
 
@@ -218,22 +221,36 @@ impl Entities {
         })
     }
 
-    /// Rebuilds the entities whose events could not be published; returns how many.
+    /// Rebuilds the pending entities whose last toggle is older than `quiet_ms` and removes
+    /// them unless toggled again meanwhile; returns how many were rebuilt.
     ///
     /// # Errors
     /// UNAVAILABLE when Redis is down.
-    pub async fn repair_dirty(&self) -> ApiResult<usize> {
+    pub async fn repair_pending(&self, quiet_ms: i64) -> ApiResult<usize> {
+        let key = self.store.keys.pending_entities();
         let mut pipe = redis::pipe();
-        pipe.cmd("SPOP").arg(self.store.keys.dirty_entities()).arg(100);
-        let members: Vec<String> = self.store.query(&pipe).await.map_err(cache_error)?.into_iter().next().and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default();
-        let entities: Vec<pb::EntityRef> = members
+        pipe.cmd("ZRANGEBYSCORE").arg(&key).arg("-inf").arg(now_ms() - quiet_ms).arg("WITHSCORES").arg("LIMIT").arg(0).arg(500);
+        let members: Vec<(String, i64)> =
+            self.store.query(&pipe).await.map_err(cache_error)?.into_iter().next().and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default();
+        let entities: Vec<(pb::EntityRef, &str, i64)> = members
             .iter()
-            .filter_map(|m| m.rsplit_once(':'))
-            .filter_map(|(t, id)| id.parse().ok().map(|entity_id| pb::EntityRef { entity_type: t.to_owned(), entity_id }))
+            .filter_map(|(m, score)| {
+                let (t, id) = m.rsplit_once(':')?;
+                Some((pb::EntityRef { entity_type: t.to_owned(), entity_id: id.parse().ok()? }, m.as_str(), *score))
+            })
             .collect();
-        if !entities.is_empty() {
-            self.read_or_rebuild(&entities, true).await?;
+        if entities.is_empty() {
+            return Ok(0);
         }
+        let refs: Vec<pb::EntityRef> = entities.iter().map(|e| e.0.clone()).collect();
+        self.read_or_rebuild(&refs, true).await?;
+        let mut pipe = redis::pipe();
+        for (_, member, score) in &entities {
+            let mut inv = self.store.entity_scripts.unpend.prepare_invoke();
+            inv.key(&key).arg(*member).arg(*score);
+            pipe.invoke_script(&inv).ignore();
+        }
+        self.store.query(&pipe).await.map_err(cache_error)?;
         Ok(entities.len())
     }
 

@@ -83,7 +83,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let loops = CancellationToken::new();
     let ctx = ConsumeCtx { config: config.clone(), store, metrics, relation_partitions, producer, lag, readiness: readiness.clone() };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
-    let repair = tokio::spawn(repair_dirty(Arc::clone(&entities), loops.clone()));
+    let repair = tokio::spawn(repair_pending(Arc::clone(&entities), config.counters.verify_after_ms as i64, loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(counters, entities, config.auth.admin_token.clone())));
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], &[], grpc, &config.server, readiness, shutdown).await;
@@ -94,12 +94,14 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     served
 }
 
-async fn repair_dirty(entities: Arc<entities::Entities>, cancel: CancellationToken) {
+/// Rebuilds entities toggled at least `quiet_ms` ago, covering events lost between a toggle
+/// and its publish.
+async fn repair_pending(entities: Arc<entities::Entities>, quiet_ms: i64, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
-        match entities.repair_dirty().await {
-            Ok(n) if n > 0 => tracing::info!(entities = n, "rebuilt entities whose events were not published"),
+        match entities.repair_pending(quiet_ms).await {
+            Ok(n) if n > 0 => tracing::debug!(entities = n, "verified pending entities against their facts"),
             Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "dirty entity repair skipped"),
+            Err(e) => tracing::debug!(error = %e, "pending entity repair skipped"),
         }
         tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => {} }
     }

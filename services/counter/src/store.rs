@@ -57,13 +57,17 @@ fn unavailable(e: impl std::fmt::Display) -> CacheError {
 
 impl Store {
     /// Runs `pipe` in one round trip; on NOSCRIPT loads every script and retries once.
+    /// An empty pipeline answers an empty list without a round trip.
     pub async fn query(&self, pipe: &Pipeline) -> Result<Vec<Value>, CacheError> {
+        if pipe.is_empty() {
+            return Ok(Vec::new());
+        }
         let run = async {
             let mut conn = self.pool.get().await.map_err(unavailable)?;
             match pipe.query_async::<Vec<Value>>(&mut *conn).await {
                 Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                     let (u, e) = (&self.scripts, &self.entity_scripts);
-                    for s in [&u.apply_delta, &u.apply_content, &u.rebuild, &e.toggle, &e.apply, &e.read_or_rebuild] {
+                    for s in [&u.apply_delta, &u.apply_content, &u.rebuild, &e.toggle, &e.apply, &e.read_or_rebuild, &e.unpend] {
                         s.prepare_invoke().load_async(&mut *conn).await?;
                     }
                     Ok(pipe.query_async::<Vec<Value>>(&mut *conn).await?)
