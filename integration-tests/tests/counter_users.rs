@@ -34,7 +34,8 @@ async fn read_all(m: &Mesh, users: i64) -> anyhow::Result<HashMap<i64, (u64, u64
     let mut c = m.counter.counter().await?;
     let ids: Vec<i64> = (1..=users).collect();
     let mut out = HashMap::new();
-    for chunk in ids.chunks(1000) {
+    // Cold counters are rebuilt one by one from projection-svc: keep requests small.
+    for chunk in ids.chunks(100) {
         let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec() }).await?.into_inner();
         for u in r.counters {
             out.insert(u.user_id, (u.followings, u.followers));

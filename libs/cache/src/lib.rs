@@ -8,10 +8,33 @@ pub mod rate_limit;
 
 use std::time::Duration;
 
-pub use bb8_redis::RedisConnectionManager;
-
 /// A pool of multiplexed Redis connections.
-pub type Pool = bb8::Pool<RedisConnectionManager>;
+pub type Pool = bb8::Pool<Manager>;
+
+/// bb8 manager of multiplexed connections whose connect and response timeouts are ours
+/// (bb8-redis's manager keeps the client's 500 ms response timeout, below our settings).
+#[derive(Clone, Debug)]
+pub struct Manager {
+    client: redis::Client,
+    config: redis::AsyncConnectionConfig,
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = redis::aio::MultiplexedConnection;
+    type Error = redis::RedisError;
+
+    async fn connect(&self) -> Result<Self::Connection, Self::Error> {
+        self.client.get_multiplexed_async_connection_with_config(&self.config).await
+    }
+
+    async fn is_valid(&self, conn: &mut Self::Connection) -> Result<(), Self::Error> {
+        redis::cmd("PING").query_async::<String>(conn).await.map(|_| ())
+    }
+
+    fn has_broken(&self, _: &mut Self::Connection) -> bool {
+        false
+    }
+}
 
 /// A Redis failure: unreachable, timed out, or an error reply.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +53,25 @@ pub enum CacheError {
     Timeout,
 }
 
+impl CacheError {
+    /// True when the failure is Redis being unreachable, slow or dropping the connection (the
+    /// caller should answer UNAVAILABLE and may retry), false for a bug-like failure.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Unavailable(_) | Self::Timeout => true,
+            Self::Command(e) => e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+            Self::Reply(_) => false,
+        }
+    }
+}
+
 /// Builds a pool for `url` without connecting yet, so a service starts while Redis is down;
-/// each checkout waits at most `connect_timeout`.
+/// a checkout, a connect and a response each wait at most `timeout`.
 ///
 /// # Errors
 /// The URL is malformed.
-pub fn pool(url: &str, max_size: u32, connect_timeout: Duration) -> Result<Pool, CacheError> {
-    let manager = RedisConnectionManager::new(url)?;
-    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(connect_timeout).build_unchecked(manager))
+pub fn pool(url: &str, max_size: u32, timeout: Duration) -> Result<Pool, CacheError> {
+    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+    let manager = Manager { client: redis::Client::open(url)?, config };
+    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).build_unchecked(manager))
 }

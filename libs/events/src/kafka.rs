@@ -205,3 +205,33 @@ impl EventSink for KafkaSink {
         PublishOutcome { acked: rows.iter().zip(acked).filter(|(_, a)| *a).map(|(r, _)| r.id).collect(), error }
     }
 }
+
+/// Connects to `brokers` and makes sure each of `topics` exists (created with `partitions`),
+/// retrying every second while the broker is unreachable. Returns the client and each topic's
+/// partition count, or `None` when `cancel` fires first.
+pub async fn connect_until_ready(
+    brokers: &[String],
+    request_deadline: Duration,
+    topics: &[&str],
+    partitions: i32,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Option<(Client, Vec<i32>)> {
+    loop {
+        let attempt = async {
+            let client = connect(brokers, request_deadline).await?;
+            let mut counts = Vec::with_capacity(topics.len());
+            for t in topics {
+                counts.push(ensure_topic(&client, t, partitions).await?);
+            }
+            Ok::<_, KafkaError>((client, counts))
+        };
+        tokio::select! {
+            r = attempt => match r {
+                Ok(v) => return Some(v),
+                Err(e) => tracing::warn!(error = %e, "kafka unavailable, retrying in 1 s"),
+            },
+            _ = cancel.cancelled() => return None,
+        }
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return None }
+    }
+}

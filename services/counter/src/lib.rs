@@ -124,23 +124,9 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let k = &ctx.config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
     let topics = [k.relation_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
-    let (client, counts) = loop {
-        let attempt = async {
-            let client = socialgraph_events::kafka::connect(&k.brokers, deadline).await?;
-            let mut counts = Vec::new();
-            for t in &topics {
-                counts.push(socialgraph_events::kafka::ensure_topic(&client, t, k.partitions).await?);
-            }
-            Ok::<_, socialgraph_events::KafkaError>((client, counts))
-        };
-        tokio::select! {
-            r = attempt => match r {
-                Ok(v) => break v,
-                Err(e) => tracing::warn!(error = %e, "consumer: kafka unavailable, retrying"),
-            },
-            _ = cancel.cancelled() => return,
-        }
-        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let Some((client, counts)) = socialgraph_events::kafka::connect_until_ready(&k.brokers, deadline, &names, k.partitions, &cancel).await else {
+        return;
     };
     ctx.relation_partitions.store(counts[0], Ordering::Relaxed);
     match socialgraph_events::kafka::connect(&k.brokers, deadline).await {

@@ -48,9 +48,11 @@ pub struct Counters {
 }
 
 pub(crate) fn cache_error(e: CacheError) -> ApiError {
-    match e {
-        CacheError::Unavailable(_) | CacheError::Timeout => ApiError::Unavailable("redis unavailable".into()),
-        other => ApiError::internal(other),
+    if e.is_unavailable() {
+        tracing::warn!(error = %e, "redis unavailable");
+        ApiError::Unavailable("redis unavailable".into())
+    } else {
+        ApiError::internal(e)
     }
 }
 

@@ -96,21 +96,12 @@ async fn consume(
 ) {
     let deadline = Duration::from_millis(config.kafka.request_deadline_ms);
     let topic = config.kafka.relation_topic.clone();
-    let (client, total) = loop {
-        let attempt = async {
-            let client = socialgraph_events::kafka::connect(&config.kafka.brokers, deadline).await?;
-            let total = socialgraph_events::kafka::ensure_topic(&client, &topic, config.kafka.partitions).await?;
-            Ok::<_, socialgraph_events::KafkaError>((client, total))
-        };
-        tokio::select! {
-            r = attempt => match r {
-                Ok(v) => break v,
-                Err(e) => tracing::warn!(error = %e, "consumer: kafka unavailable, retrying"),
-            },
-            _ = cancel.cancelled() => return,
-        }
-        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    let Some((client, counts)) =
+        socialgraph_events::kafka::connect_until_ready(&config.kafka.brokers, deadline, &[topic.as_str()], config.kafka.partitions, &cancel).await
+    else {
+        return;
     };
+    let total = counts.first().copied().unwrap_or(config.kafka.partitions);
     let client = Arc::new(client);
     let owned = config.consumer.partitions.partitions(total);
     tracing::info!(topic, ?owned, "consuming");

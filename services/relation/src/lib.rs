@@ -99,18 +99,10 @@ async fn relay_task(
     cancel: CancellationToken,
 ) {
     let deadline = Duration::from_millis(kafka.request_deadline_ms);
-    let client = loop {
-        tokio::select! {
-            c = socialgraph_events::kafka::connect(&kafka.brokers, deadline) => match c {
-                Ok(c) => break c,
-                Err(e) => {
-                    metrics.errors.inc();
-                    tracing::warn!(error = %e, "relay: kafka unreachable, retrying");
-                }
-            },
-            _ = cancel.cancelled() => return,
-        }
-        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+    let topics = [kafka.relation_topic.as_str()];
+    let Some((client, _)) = socialgraph_events::kafka::connect_until_ready(&kafka.brokers, deadline, &topics, kafka.partitions, &cancel).await
+    else {
+        return;
     };
     let sink = Arc::new(KafkaSink::new(client, kafka.partitions));
     let config = RelayConfig {
