@@ -315,12 +315,12 @@ pub fn counter_config(redis_url: &str, key_prefix: &str, topics: &Topics, projec
 /// Timed out.
 pub async fn counter_caught_up(redis_url: &str, key_prefix: &str, topics: &[&str], deadline: Duration) -> anyhow::Result<()> {
     let kafka = socialgraph_testkit::kafka::connect(&socialgraph_testkit::kafka::brokers()).await?;
-    let redis = redis::Client::open(redis_url)?;
+    let redis = redis_url;
     let key = socialgraph_cache::keys::Keys::new(key_prefix).consumer_offsets("counter");
     socialgraph_testkit::eventually(deadline, "counter-svc to reach the high watermarks", || {
         let (kafka, redis, key) = (&kafka, &redis, &key);
         async move {
-            let mut conn = redis.get_multiplexed_async_connection().await?;
+            let mut conn = redis_conn(redis).await?;
             let stored: std::collections::HashMap<String, i64> = redis::AsyncCommands::hgetall(&mut conn, key).await?;
             for t in topics {
                 for (p, hw) in socialgraph_testkit::kafka::high_watermarks(kafka, t).await? {
@@ -394,4 +394,16 @@ impl Mesh {
         self.relation.stop().await?;
         self.db.drop_db().await
     }
+}
+
+/// A Redis connection for test code, patient enough for a saturated 2-core machine (the client's
+/// default response timeout is 500 ms).
+///
+/// # Errors
+/// Redis is not reachable (run `make deps`).
+pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(30)));
+    Ok(redis::Client::open(url)?.get_multiplexed_async_connection_with_config(&config).await?)
 }

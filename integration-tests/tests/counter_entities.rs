@@ -178,7 +178,7 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
         }));
     }
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone()).entity("post", 1);
-    let mut conn = redis::Client::open(m.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut conn = redis_conn(&m.redis_url).await?;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let _: i64 = redis::AsyncCommands::del(&mut conn, keys.counter()).await?;
@@ -247,7 +247,7 @@ async fn snowflake_like_actor_ids_are_counted_in_a_set_not_in_bitmap_chunks() ->
     let got = c.get_entity_counts(GetEntityCountsRequest { entity: Some(e.clone()), metrics: vec![Metric::Like as i32] }).await?.into_inner();
     assert_eq!(got.counts.unwrap_or_default().counts[0].count, 3);
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone()).entity("post", 42);
-    let mut conn = redis::Client::open(m.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut conn = redis_conn(&m.redis_url).await?;
     let chunks: Vec<u64> = redis::AsyncCommands::smembers(&mut conn, keys.chunk_set("like")).await?;
     assert_eq!(chunks, [0], "only the small id uses a bitmap chunk");
     let states = c.get_action_states(GetActionStatesRequest { actor_id: 1 << 40, entity_type: "post".into(), entity_ids: vec![42, 43] }).await?.into_inner();

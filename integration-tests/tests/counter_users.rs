@@ -54,7 +54,7 @@ async fn assert_exact(m: &Mesh, users: i64) -> anyhow::Result<()> {
 }
 
 async fn delete_counter(redis_url: &str, key: String) -> anyhow::Result<()> {
-    let mut conn = redis::Client::open(redis_url)?.get_multiplexed_async_connection().await?;
+    let mut conn = redis_conn(redis_url).await?;
     let _: i64 = redis::AsyncCommands::del(&mut conn, key).await?;
     Ok(())
 }
@@ -125,7 +125,7 @@ async fn user_counters_are_exact_after_a_flushall_of_redis_mid_workload() -> any
     read_all(&m, 200).await?;
     let workload = tokio::spawn(random_workload(m.relation.addr, 6000, 200, 31));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut conn = redis_conn(&url).await?;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
     workload.await??;
     m.settle(SETTLE).await?;
@@ -222,7 +222,7 @@ async fn a_replayed_batch_whose_users_are_all_through_is_skipped_without_stallin
     // to do for any user, and the restarted consumer must move on.
     m.counter.shutdown.cancel();
     (&mut m.counter.task).await??;
-    let mut conn = redis::Client::open(m.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut conn = redis_conn(&m.redis_url).await?;
     let _: i64 = redis::AsyncCommands::del(&mut conn, socialgraph_cache::keys::Keys::new(m.prefix.clone()).consumer_offsets("counter")).await?;
     m.counter = spawn_counter(m.counter_config()).await?;
     rc.follow(FollowRequest { follower_id: 3, followee_id: 2 }).await?;
