@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: the distributed mesh on this machine, against the services `make deps` started.
 # Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
-# starts relation-svc (:50051, admin :9101) and projection-svc (:50052, admin :9102), and
-# leaves them serving in the foreground (Ctrl-C stops both).
+# starts relation-svc (:50051, admin :9101), projection-svc (:50052, admin :9102) and
+# counter-svc (:50053, admin :9103), and leaves them serving in the foreground (Ctrl-C stops
+# them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,8 +25,9 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
 "$BIN/relation-svc" serve & pids+=($!)
 "$BIN/projection-svc" serve & pids+=($!)
+"$BIN/counter-svc" serve & pids+=($!)
 
-for port in 50051 50052; do
+for port in 50051 50052 50053; do
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
 cat <<MSG
@@ -33,11 +35,14 @@ cat <<MSG
 socialgraph is serving:
   relation-svc    grpc 127.0.0.1:50051   admin http://127.0.0.1:9101/metrics
   projection-svc  grpc 127.0.0.1:50052   admin http://127.0.0.1:9102/metrics
+  counter-svc     grpc 127.0.0.1:50053   admin http://127.0.0.1:9103/metrics
 
 Try (grpcurl is in .venv/bin after make deps):
   .venv/bin/grpcurl -plaintext -d '{"follower_id":1,"followee_id":2}' 127.0.0.1:50051 socialgraph.relation.v1.RelationService/Follow
   .venv/bin/grpcurl -plaintext -d '{"user_id":2}' 127.0.0.1:50052 socialgraph.projection.v1.ProjectionService/ListFollowers
   .venv/bin/grpcurl -plaintext 127.0.0.1:50052 socialgraph.projection.v1.ProjectionService/GetProjectionStatus
-Ctrl-C stops both.
+  .venv/bin/grpcurl -plaintext -d '{"user_id":2}' 127.0.0.1:50053 socialgraph.counter.v1.CounterService/GetUserCounters
+  .venv/bin/grpcurl -plaintext -d '{"actor_id":1,"entity":{"entity_type":"post","entity_id":7}}' 127.0.0.1:50053 socialgraph.counter.v1.CounterService/Like
+Ctrl-C stops them.
 MSG
 wait
