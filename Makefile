@@ -11,7 +11,7 @@ export PATH := $(PATH):$(HOME)/.cargo/bin
 export CARGO_PROFILE_DEV_DEBUG := 0
 export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
-TEST_THREADS ?= 4
+TEST_THREADS ?= 3
 
 .PHONY: deps build test test-rust test-helm run bench lint
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `make run`: the distributed mesh on this machine, against the services `make deps` started.
+# DB_URL, ADMIN_TOKEN and PAGE_SECRET override the defaults below.
 # Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
 # starts relation-svc (:50051, admin :9101), projection-svc (:50052, admin :9102) and
 # counter-svc (:50053, admin :9103), and leaves them serving in the foreground (Ctrl-C stops
@@ -7,25 +8,28 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-export SG_DATABASE__URL="${SG_DATABASE__URL:-postgres://postgres@127.0.0.1:5432/socialgraph}"
-export SG_AUTH__ADMIN_TOKEN="${SG_AUTH__ADMIN_TOKEN:-dev-admin-token}"
-export SG_RELATION__ADMIN_TOKEN="${SG_RELATION__ADMIN_TOKEN:-$SG_AUTH__ADMIN_TOKEN}"
-export SG_AUTH__PAGE_TOKEN_SECRET="${SG_AUTH__PAGE_TOKEN_SECRET:-dev-page-token-secret}"
+# Each service refuses settings it does not know, so each gets only its own variables.
+DB_URL="${DB_URL:-postgres://postgres@127.0.0.1:5432/socialgraph}"
+ADMIN_TOKEN="${ADMIN_TOKEN:-dev-admin-token}"
+PAGE_SECRET="${PAGE_SECRET:-dev-page-token-secret}"
 BIN=target/debug
+relation_env=(SG_DATABASE__URL="$DB_URL" SG_AUTH__ADMIN_TOKEN="$ADMIN_TOKEN" SG_AUTH__PAGE_TOKEN_SECRET="$PAGE_SECRET")
+projection_env=("${relation_env[@]}" SG_RELATION__ADMIN_TOKEN="$ADMIN_TOKEN")
+counter_env=(SG_AUTH__ADMIN_TOKEN="$ADMIN_TOKEN")
 
-if [[ "$SG_DATABASE__URL" == postgres://*/socialgraph ]] &&
+if [[ "$DB_URL" == postgres://*/socialgraph ]] &&
     ! psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname='socialgraph'" | grep -q 1; then
     psql -h 127.0.0.1 -U postgres -qc "create database socialgraph"
     echo "created database socialgraph"
 fi
-"$BIN/relation-svc" migrate
-echo "migrations applied to $SG_DATABASE__URL"
+env "${relation_env[@]}" "$BIN/relation-svc" migrate
+echo "migrations applied to $DB_URL"
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
-"$BIN/relation-svc" serve & pids+=($!)
-"$BIN/projection-svc" serve & pids+=($!)
-"$BIN/counter-svc" serve & pids+=($!)
+env "${relation_env[@]}" "$BIN/relation-svc" serve & pids+=($!)
+env "${projection_env[@]}" "$BIN/projection-svc" serve & pids+=($!)
+env "${counter_env[@]}" "$BIN/counter-svc" serve & pids+=($!)
 
 for port in 50051 50052 50053; do
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done

@@ -101,7 +101,8 @@ pub fn metric(text: &str, name: &str) -> f64 {
 pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
     let mut c = RelationConfig::default();
     c.database.url = db_url.to_owned();
-    c.database.max_connections = 40;
+    // Several meshes run at once against one PostgreSQL (max_connections 100): keep pools small.
+    c.database.max_connections = 12;
     c.redis.url = socialgraph_testkit::redis_url();
     c.redis.key_prefix = socialgraph_testkit::unique("t") + ":";
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
@@ -158,6 +159,7 @@ pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> Pro
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
     c.kafka.partitions = 4;
+    c.database.max_connections = 6;
     c.relation.url = format!("http://{relation}");
     c.relation.admin_token = Some(ADMIN_TOKEN.into());
     c.auth.admin_token = Some(ADMIN_TOKEN.into());
@@ -298,6 +300,8 @@ pub fn counter_config(redis_url: &str, key_prefix: &str, topics: &Topics, projec
     let mut c = CounterConfig::default();
     c.redis.url = redis_url.to_owned();
     c.redis.key_prefix = key_prefix.to_owned();
+    // Tests share 2 cores with databases and a broker: allow slow round trips.
+    c.redis.timeout_ms = 5_000;
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topics.relation.clone();
     c.kafka.content_topic = topics.content.clone();

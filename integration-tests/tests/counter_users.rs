@@ -36,7 +36,18 @@ async fn read_all(m: &Mesh, users: i64) -> anyhow::Result<HashMap<i64, (u64, u64
     let mut out = HashMap::new();
     // Cold counters are rebuilt one by one from projection-svc: keep requests small.
     for chunk in ids.chunks(100) {
-        let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec() }).await?.into_inner();
+        // UNAVAILABLE is retryable by contract (a cold batch waits on projection-svc and Redis).
+        let mut attempt = 0;
+        let r = loop {
+            match c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec() }).await {
+                Ok(r) => break r.into_inner(),
+                Err(e) if e.code() == Code::Unavailable && attempt < 20 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         for u in r.counters {
             out.insert(u.user_id, (u.followings, u.followers));
         }

@@ -81,7 +81,7 @@ impl TestDb {
             }
         };
         let mut opts = sea_orm::ConnectOptions::new(url.clone());
-        opts.max_connections(8).sqlx_logging(false);
+        opts.max_connections(4).sqlx_logging(false);
         let conn = sea_orm::Database::connect(opts).await?;
         socialgraph_migrations::Migrator::up(&conn, None).await.context("migrations")?;
         Ok(Self { url, conn, backend, name })
