@@ -83,6 +83,7 @@ SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
 SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
 SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
+SG_COUNTERS__VERIFY_AFTER_MS: {{ $svc.counters.verifyAfterMs | int64 | quote }}
 SG_PROJECTION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "projection")) ($v.projection.ports.grpc | int64)) $svc.projectionUrl | quote }}
 {{- end -}}
 
