@@ -39,7 +39,7 @@ run: deps build
 	bash scripts/run.sh
 
 bench: deps
-	$(CARGO) run --release -p socialgraph-integration-tests --bin bench-relation
+	$(CARGO) run --release -p socialgraph-integration-tests --bin bench -- all
 
 lint:
 	$(CARGO) fmt --all -- --check
