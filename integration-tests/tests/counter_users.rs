@@ -242,3 +242,50 @@ async fn a_replayed_batch_whose_users_are_all_through_is_skipped_without_stallin
     assert_eq!((got[&1], got[&2], got[&3]), ((1, 0), (0, 2), (1, 0)));
     m.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -> anyhow::Result<()> {
+    let mut m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    m.counter.shutdown.cancel();
+    (&mut m.counter.task).await??;
+    let mut config = m.counter_config();
+    config.counters.check_interval_secs = 1;
+    m.counter = spawn_counter(config).await?;
+    let mut rc = m.relation.client().await?;
+    rc.follow(FollowRequest { follower_id: 1, followee_id: 2 }).await?;
+    rc.follow(FollowRequest { follower_id: 3, followee_id: 2 }).await?;
+    m.settle(SETTLE).await?;
+    assert_eq!(read_all(&m, 3).await?[&2], (0, 2));
+
+    // The first read rebuilt user 2 from the facts, which starts its rest period: no check
+    // runs until the period is over.
+    let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone());
+    let mut conn = redis_conn(&m.redis_url).await?;
+    let rest_ms: i64 = redis::cmd("PTTL").arg(keys.user_check(2)).query_async(&mut conn).await?;
+    assert!((1..=1200).contains(&rest_ms), "a rebuilt user rests one interval plus jitter (PTTL {rest_ms} ms)");
+
+    // Drift: followers of user 2 overwritten by hand (bytes 4..8), guards untouched.
+    let mut raw: Vec<u8> = redis::AsyncCommands::get(&mut conn, keys.user_counters(2)).await?;
+    raw[4..8].copy_from_slice(&7u32.to_be_bytes());
+    let _: () = redis::AsyncCommands::set(&mut conn, keys.user_counters(2), raw).await?;
+    assert_eq!(read_all(&m, 3).await?[&2], (0, 7), "reads serve the stored value");
+
+    let mut c = m.counter.counter().await?;
+    socialgraph_testkit::eventually(Duration::from_secs(30), "the sampled check to repair user 2", || {
+        let mut c = c.clone();
+        async move {
+            let got = c.get_user_counters(GetUserCountersRequest { user_id: 2 }).await?.into_inner().counters.unwrap_or_default();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok((got.followers == 2).then_some(()))
+        }
+    })
+    .await?;
+    let repairs = metric(&m.counter.metrics().await?, "sg_counter_repairs_total");
+    assert_eq!(repairs, 1.0, "one repair counted");
+    // Counters that agree with the facts are left alone by later checks.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, 2, 3] }).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metric(&m.counter.metrics().await?, "sg_counter_repairs_total"), 1.0);
+    m.stop().await
+}

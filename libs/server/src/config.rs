@@ -16,8 +16,9 @@ pub fn load_config<T: Serialize + DeserializeOwned + Default>(file: Option<&Path
     if let Some(f) = file {
         fig = fig.merge(Toml::file_exact(f));
     }
-    // SG_CONFIG names the file and SG_LOG_FORMAT the log format: neither is a config key.
-    fig.merge(Env::prefixed("SG_").split("__").ignore(&["log_format", "config"])).extract().map_err(Box::new)
+    // SG_CONFIG names the file, SG_LOG_FORMAT the log format and SG_TRACE_FILTER the span
+    // filter: none is a config key.
+    fig.merge(Env::prefixed("SG_").split("__").ignore(&["log_format", "config", "trace_filter"])).extract().map_err(Box::new)
 }
 
 /// The `[server]` section every service has.

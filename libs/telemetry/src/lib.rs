@@ -1,10 +1,13 @@
 //! Tracing and OpenTelemetry set-up shared by every binary, and W3C trace-context propagation
 //! across gRPC metadata and Kafka record headers.
 //!
-//! - `RUST_LOG` filters (default `info`); `SG_LOG_FORMAT=json` switches to JSON lines.
+//! - `RUST_LOG` filters logs (default `info`); `SG_LOG_FORMAT=json` switches to JSON lines.
 //! - The OpenTelemetry layer is always installed so that spans carry W3C trace ids, which
 //!   travel to consumers in the `traceparent` header; spans are exported over OTLP/gRPC only
-//!   when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//!   when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. It has its own filter, `SG_TRACE_FILTER`
+//!   (`EnvFilter` syntax, default `info`): the services' request and batch spans are `info`,
+//!   so trace context survives `RUST_LOG=warn`, while the debug and trace spans of the
+//!   libraries underneath (HTTP/2, SQL, Redis) cost nothing.
 
 use std::collections::HashMap;
 
@@ -61,7 +64,11 @@ fn init_with(service_name: &'static str, for_tests: bool) -> anyhow::Result<Tele
     }
     let provider = builder.build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
+    let span_filter = std::env::var("SG_TRACE_FILTER")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)).with_filter(span_filter);
     let default_level = if for_tests { "warn" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let fmt = if for_tests {
@@ -71,8 +78,8 @@ fn init_with(service_name: &'static str, for_tests: bool) -> anyhow::Result<Tele
     } else {
         tracing_subscriber::fmt::layer().boxed()
     };
-    // The level filter applies to logs only: spans must exist at every level so that trace
-    // context (and the `traceparent` record header) survives RUST_LOG=warn.
+    // Logs and spans are filtered apart: spans must exist at `info` whatever RUST_LOG says so
+    // that trace context (and the `traceparent` record header) survives RUST_LOG=warn.
     tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel).try_init()?;
     Ok(Telemetry { provider })
 }

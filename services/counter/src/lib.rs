@@ -70,6 +70,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         rebuild_wait: Duration::from_millis(config.counters.rebuild_wait_ms),
         rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters rebuilt from the facts")?,
         repairs: counter(&registry, "sg_counter_repairs_total", "Sampled checks that found and repaired drift")?,
+        check_slots: Arc::new(tokio::sync::Semaphore::new(service::CHECK_SLOTS)),
     });
     let producer = Arc::new(tokio::sync::OnceCell::new());
     let entities = Arc::new(entities::Entities {

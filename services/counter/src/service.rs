@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+use tokio::sync::Semaphore;
+
 use futures::StreamExt;
 use prometheus::IntCounter;
 use socialgraph_cache::CacheError;
@@ -26,6 +29,10 @@ use crate::store::{RebuildValues, Store};
 
 /// Missing counters of one batch rebuilt at once.
 const REBUILD_CONCURRENCY: usize = 32;
+
+/// Sampled checks running at once across all reads; a read that finds them all busy skips
+/// its check (it is a sample), so checks never queue behind reads or slow them.
+pub const CHECK_SLOTS: usize = 2;
 
 /// The user-counter side of counter-svc.
 pub struct Counters {
@@ -45,6 +52,8 @@ pub struct Counters {
     pub rebuilds: IntCounter,
     /// Sampled checks that found drift and repaired it.
     pub repairs: IntCounter,
+    /// Permits for sampled checks in flight ([`CHECK_SLOTS`]).
+    pub check_slots: Arc<Semaphore>,
 }
 
 pub(crate) fn cache_error(e: CacheError) -> ApiError {
@@ -99,7 +108,7 @@ impl Counters {
         loop {
             let current = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
             let snap = self.snapshot(user_id, current).await?;
-            if self.store.rebuild(user_id, snap.values, &snap.positions).await.map_err(cache_error)?.is_some() {
+            if self.store.rebuild(user_id, snap.values, &snap.positions, self.rest_secs()).await.map_err(cache_error)?.is_some() {
                 self.rebuilds.inc();
                 let after = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
                 return after.ok_or_else(|| ApiError::Unavailable("counters vanished during the rebuild".into()));
@@ -124,7 +133,7 @@ impl Counters {
         let differs = i64::from(current.0[field::FOLLOWINGS]) != snap.values.followings
             || i64::from(current.0[field::FOLLOWERS]) != snap.values.followers;
         if same_position && differs {
-            if self.store.rebuild(user_id, snap.values, &snap.positions).await.map_err(cache_error)?.is_some() {
+            if self.store.rebuild(user_id, snap.values, &snap.positions, 0).await.map_err(cache_error)?.is_some() {
                 self.repairs.inc();
                 tracing::warn!(user_id, ?current, followings = snap.values.followings, followers = snap.values.followers, "counter drift repaired");
             }
@@ -132,22 +141,38 @@ impl Counters {
         Ok(())
     }
 
+    /// One user's rest period between sampled checks: the configured interval plus up to a
+    /// fifth more, at random, so that users first read together do not fall due together.
+    /// 0 when checks are off.
+    fn rest_secs(&self) -> u64 {
+        let base = self.check_interval_secs;
+        if base == 0 { 0 } else { base + rand::rng().random_range(0..=base / 5) }
+    }
+
+    /// Runs the sampled check of the users of one read whose rest period is over, in the
+    /// background: one round trip finds them (and starts their next period), then each is
+    /// checked in turn. At most [`CHECK_SLOTS`] such tasks run; when all are busy the read's
+    /// users go unchecked this time.
     fn maybe_check(self: &Arc<Self>, user_ids: Vec<i64>) {
-        if self.check_interval_secs == 0 {
+        if self.check_interval_secs == 0 || user_ids.is_empty() {
             return;
         }
+        let Ok(permit) = Arc::clone(&self.check_slots).try_acquire_owned() else {
+            return;
+        };
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            for u in user_ids {
-                match me.store.check_due(u, me.check_interval_secs).await {
-                    Ok(true) => {
+            let _permit = permit;
+            let periods: Vec<(i64, u64)> = user_ids.into_iter().map(|u| (u, me.rest_secs())).collect();
+            match me.store.checks_due(&periods).await {
+                Ok(due) => {
+                    for u in due {
                         if let Err(e) = me.check(u).await {
                             tracing::debug!(user_id = u, error = %e, "sampled check skipped");
                         }
                     }
-                    Ok(false) => {}
-                    Err(e) => tracing::debug!(error = %e, "sampled check unavailable"),
                 }
+                Err(e) => tracing::debug!(error = %e, "sampled check unavailable"),
             }
         });
     }

@@ -181,11 +181,15 @@ impl Store {
 
     /// Guarded rebuild write (see the script): `Ok(None)` when refused because a guard is
     /// beyond `positions`; else the previous counters (`Some(None)` when there were none).
+    ///
+    /// `rest_secs` > 0 also starts the user's sampled-check rest period in the same round trip
+    /// (a value just rebuilt from the facts needs no check).
     pub async fn rebuild(
         &self,
         user_id: i64,
         values: RebuildValues,
         positions: &[(String, i64)],
+        rest_secs: u64,
     ) -> Result<Option<Option<Sds>>, CacheError> {
         let mut pipe = redis::pipe();
         let mut inv = self.scripts.rebuild.prepare_invoke();
@@ -195,6 +199,9 @@ impl Store {
             inv.arg(field).arg(*last);
         }
         pipe.invoke_script(&inv);
+        if rest_secs > 0 {
+            pipe.cmd("SET").arg(self.keys.user_check(user_id)).arg(1).arg("EX").arg(rest_secs).ignore();
+        }
         let v = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
         match v {
             Value::Int(-1) => Ok(None),
@@ -210,12 +217,22 @@ impl Store {
         }
     }
 
-    /// Starts the user's sampled-check rest period; true when a check is due now.
-    pub async fn check_due(&self, user_id: i64, interval_secs: u64) -> Result<bool, CacheError> {
+    /// Starts the sampled-check rest period of every user in `users` whose period is over, in
+    /// one round trip (SET NX EX per user); returns those users: their check is due now.
+    /// `rest_secs` gives each user's period (callers add jitter so that users first read
+    /// together do not fall due together).
+    pub async fn checks_due(&self, users: &[(i64, u64)]) -> Result<Vec<i64>, CacheError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg(self.keys.user_check(user_id)).arg(1).arg("NX").arg("EX").arg(interval_secs);
-        let v = self.query(&pipe).await?;
-        Ok(matches!(v.first(), Some(Value::Okay) | Some(Value::SimpleString(_))))
+        for (u, rest_secs) in users {
+            pipe.cmd("SET").arg(self.keys.user_check(*u)).arg(1).arg("NX").arg("EX").arg(*rest_secs);
+        }
+        let replies = self.query(&pipe).await?;
+        Ok(users
+            .iter()
+            .zip(replies)
+            .filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_)))
+            .map(|((u, _), _)| *u)
+            .collect())
     }
 }
 
