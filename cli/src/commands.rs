@@ -1,0 +1,389 @@
+//! The subcommands of `socialgraph`: each runs one library call and prints its result on
+//! standard output (a table, or JSON with `json`); progress bars go to standard error.
+
+use std::path::Path;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::edges::{EdgeFileOptions, read_follow_file};
+use crate::endpoints::Endpoints;
+use crate::error::CliResult;
+use crate::generator::{GenOptions, write_snap};
+use crate::likes::{LikeOptions, load_likes as send_likes, read_ratings};
+use crate::load::{LoadOptions, load_follows as send_follows};
+use crate::output::{
+    self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, print_json, print_rows,
+};
+use crate::query::{self, ListQuery};
+use crate::verify::{VerifyOptions, verify as run_verify};
+
+/// Page size, token and whether to follow every next page token.
+#[derive(Debug, Clone, Default)]
+pub struct Paging {
+    /// Entries per page; `None` is the server's default (50), or 1000 with `all`.
+    pub page_size: Option<i32>,
+    /// Where to start: a `next_page_token` printed earlier; empty for the first page.
+    pub page_token: String,
+    /// Fetch every page from `page_token` on.
+    pub all: bool,
+}
+
+/// A progress bar on standard error with rate and ETA, or a hidden one.
+pub fn progress_bar(visible: bool, unit: &str) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let template = format!(
+        "{{spinner}} {{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {unit} {{per_sec}} ETA {{eta}}"
+    );
+    let style =
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
+    ProgressBar::new(0).with_style(style)
+}
+
+fn ms_time(ms: Option<i64>) -> Option<String> {
+    ms.map(output::rfc3339)
+}
+
+/// Prints one page (or, with `all`, every page) of a list.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn list(
+    endpoints: &Endpoints,
+    q: ListQuery,
+    paging: Paging,
+    json: bool,
+) -> CliResult<()> {
+    let mut client = q.client(endpoints).await?;
+    let (entries, next) = if paging.all {
+        (
+            q.all(
+                &mut client,
+                paging.page_size.unwrap_or(1000),
+                paging.page_token,
+            )
+            .await?,
+            String::new(),
+        )
+    } else {
+        q.page(
+            &mut client,
+            paging.page_size.unwrap_or(0),
+            paging.page_token,
+        )
+        .await?
+    };
+    let rows: Vec<FollowRow> = entries
+        .iter()
+        .map(|e| FollowRow {
+            user_id: e.user_id,
+            followed_at: ms_time(e.followed_at_ms),
+        })
+        .collect();
+    let key = match q {
+        ListQuery::Following { .. } => "following",
+        ListQuery::Followers { .. } => "followers",
+        _ => "accounts",
+    };
+    let footer = if next.is_empty() {
+        String::new()
+    } else {
+        format!("next page token: {next}")
+    };
+    print_rows(
+        &rows,
+        json,
+        &json!({ key: rows, "next_page_token": next }),
+        &[footer],
+    );
+    Ok(())
+}
+
+/// Prints the relationships of `user_id` with each of `others`.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn relationship(
+    endpoints: &Endpoints,
+    user_id: i64,
+    others: &[i64],
+    json: bool,
+) -> CliResult<()> {
+    let rows: Vec<RelationshipRow> = query::relationships(endpoints, user_id, others)
+        .await?
+        .into_iter()
+        .map(|r| RelationshipRow {
+            other_user_id: r.other_user_id,
+            following: r.following,
+            followed_by: r.followed_by,
+            followed_at: ms_time(
+                r.followed_at
+                    .as_ref()
+                    .map(socialgraph_domain::timestamp_to_ms),
+            ),
+            followed_by_at: ms_time(
+                r.followed_by_at
+                    .as_ref()
+                    .map(socialgraph_domain::timestamp_to_ms),
+            ),
+        })
+        .collect();
+    print_rows(
+        &rows,
+        json,
+        &json!({ "user_id": user_id, "relationships": rows }),
+        &[],
+    );
+    Ok(())
+}
+
+/// Prints the counters of `users`.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn counters(endpoints: &Endpoints, users: &[i64], json: bool) -> CliResult<()> {
+    let mut client = endpoints.counter().await?;
+    let rows: Vec<CountersRow> =
+        query::user_counters(&mut client, users, socialgraph_domain::MAX_BATCH)
+            .await?
+            .into_iter()
+            .map(|c| CountersRow {
+                user_id: c.user_id,
+                followings: c.followings,
+                followers: c.followers,
+                posts: c.posts,
+                likes_received: c.likes_received,
+                favs_received: c.favs_received,
+            })
+            .collect();
+    print_rows(&rows, json, &json!({ "counters": rows }), &[]);
+    Ok(())
+}
+
+/// Prints like and fav counts of entities.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn entity_counts(
+    endpoints: &Endpoints,
+    entity_type: &str,
+    ids: &[i64],
+    json: bool,
+) -> CliResult<()> {
+    let rows: Vec<EntityRow> = query::entity_counts(endpoints, entity_type, ids)
+        .await?
+        .into_iter()
+        .map(|(entity_id, likes, favs)| EntityRow {
+            entity_type: entity_type.to_owned(),
+            entity_id,
+            likes,
+            favs,
+        })
+        .collect();
+    print_rows(&rows, json, &json!({ "counts": rows }), &[]);
+    Ok(())
+}
+
+/// Prints projection-svc's status, with the total lag.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn status(endpoints: &Endpoints, json: bool) -> CliResult<()> {
+    let rows: Vec<PartitionRow> = query::projection_status(endpoints)
+        .await?
+        .into_iter()
+        .map(|p| PartitionRow {
+            topic: p.topic,
+            partition: p.partition,
+            next_offset: p.next_offset,
+            high_watermark: p.high_watermark,
+            lag: p.lag,
+            last_event_time: ms_time(
+                p.last_event_time
+                    .as_ref()
+                    .map(socialgraph_domain::timestamp_to_ms),
+            ),
+        })
+        .collect();
+    let lag: i64 = rows.iter().map(|r| r.lag).sum();
+    print_rows(
+        &rows,
+        json,
+        &json!({ "partitions": rows, "total_lag": lag }),
+        &[format!("total lag: {lag}")],
+    );
+    Ok(())
+}
+
+/// Reads an edge file and streams it to relation-svc; prints the summary.
+///
+/// # Errors
+/// File, connection and RPC errors.
+pub async fn load_follows(
+    endpoints: &Endpoints,
+    path: &Path,
+    file: EdgeFileOptions,
+    opts: LoadOptions,
+    json: bool,
+    progress: bool,
+) -> CliResult<()> {
+    let read_start = Instant::now();
+    let graph = read_follow_file(path, file)?;
+    let read_secs = read_start.elapsed().as_secs_f64();
+    let bar = progress_bar(progress && !json, "edges");
+    let mut summary = send_follows(endpoints, &graph, opts, &bar).await?;
+    summary.read_secs = read_secs;
+    if json {
+        print_json(&summary);
+        return Ok(());
+    }
+    println!(
+        "{}",
+        output::key_values(&[
+            ("lines read", summary.lines_read.to_string()),
+            ("edge lines", summary.edge_lines.to_string()),
+            ("self-loops skipped", summary.self_loops_skipped.to_string()),
+            (
+                "duplicates skipped (first occurrence wins)",
+                summary.duplicates_skipped.to_string()
+            ),
+            (
+                "not follows skipped (rating <= 0)",
+                summary.not_follows_skipped.to_string()
+            ),
+            ("edges sent", summary.edges_sent.to_string()),
+            ("edges loaded (new)", summary.edges_loaded.to_string()),
+            ("already followed", summary.already_followed.to_string()),
+            ("read time", format!("{:.1} s", summary.read_secs)),
+            ("load time", format!("{:.1} s", summary.elapsed_secs)),
+            ("edges/s", format!("{:.0}", summary.edges_per_sec)),
+        ])
+    );
+    Ok(())
+}
+
+/// Reads MovieLens ratings and sends likes and favourites; prints the summary.
+///
+/// # Errors
+/// File, connection and RPC errors.
+pub async fn load_likes(
+    endpoints: &Endpoints,
+    path: &Path,
+    opts: &LikeOptions,
+    json: bool,
+    progress: bool,
+) -> CliResult<()> {
+    let ratings = read_ratings(path)?;
+    let bar = progress_bar(progress && !json, "ratings");
+    let s = send_likes(endpoints, &ratings, opts, &bar).await?;
+    if json {
+        print_json(&s);
+        return Ok(());
+    }
+    println!(
+        "{}",
+        output::key_values(&[
+            ("ratings read", s.ratings_read.to_string()),
+            ("below the like threshold", s.below_threshold.to_string()),
+            ("likes sent", s.likes_sent.to_string()),
+            ("likes new", s.likes_new.to_string()),
+            ("favs sent", s.favs_sent.to_string()),
+            ("favs new", s.favs_new.to_string()),
+            ("elapsed", format!("{:.1} s", s.elapsed_secs)),
+            ("toggles/s", format!("{:.0}", s.toggles_per_sec)),
+        ])
+    );
+    Ok(())
+}
+
+/// Verifies the mesh against a file; prints mismatches and the summary. Returns whether
+/// everything agreed.
+///
+/// # Errors
+/// File, connection and RPC errors, and a projection that does not catch up in time.
+pub async fn verify(
+    endpoints: &Endpoints,
+    path: &Path,
+    file: EdgeFileOptions,
+    opts: &VerifyOptions,
+    json: bool,
+) -> CliResult<bool> {
+    let graph = read_follow_file(path, file)?;
+    let r = run_verify(endpoints, &graph, opts).await?;
+    let total = r.total_mismatches();
+    if json {
+        print_json(&r);
+        return Ok(total == 0);
+    }
+    for line in &r.mismatches {
+        println!("MISMATCH {line}");
+    }
+    if total > r.mismatches.len() as u64 {
+        println!(
+            "… and {} more mismatches",
+            total - r.mismatches.len() as u64
+        );
+    }
+    println!(
+        "{}",
+        output::key_values(&[
+            ("users: counters compared", r.users_checked.to_string()),
+            ("users: counters wrong", r.counter_mismatches.to_string()),
+            (
+                "follower lists compared",
+                format!(
+                    "{} ({} entries)",
+                    r.follower_lists_checked, r.follower_entries_expected
+                )
+            ),
+            (
+                "follower lists wrong",
+                r.follower_list_mismatches.to_string()
+            ),
+            (
+                "familiar pairs compared",
+                format!(
+                    "{} ({} non-empty, {} entries)",
+                    r.familiar_pairs_checked,
+                    r.familiar_pairs_nonempty,
+                    r.familiar_entries_expected
+                )
+            ),
+            ("familiar pairs wrong", r.familiar_mismatches.to_string()),
+            ("waited for projection", format!("{:.1} s", r.waited_secs)),
+            ("elapsed", format!("{:.1} s", r.elapsed_secs)),
+            (
+                "result",
+                if total == 0 {
+                    "OK".to_owned()
+                } else {
+                    format!("{total} MISMATCHES")
+                }
+            ),
+        ])
+    );
+    Ok(total == 0)
+}
+
+/// Generates a graph into `out`; prints what was written.
+///
+/// # Errors
+/// Impossible sizes and file errors.
+pub fn generate_file(out: &Path, opts: GenOptions, json: bool) -> CliResult<()> {
+    let edges = write_snap(out, opts)?;
+    let path = out.display().to_string();
+    if json {
+        print_json(
+            &json!({ "path": path, "users": opts.users, "edges": edges, "seed": opts.seed }),
+        );
+    } else {
+        println!(
+            "wrote {edges} edges among {} users (seed {}) to {path}",
+            opts.users, opts.seed
+        );
+    }
+    Ok(())
+}
