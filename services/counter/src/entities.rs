@@ -57,6 +57,77 @@ pub fn validate_entity(path: &str, e: Option<&pb::EntityRef>) -> Vec<Violation> 
     bad
 }
 
+/// [`validate_entity`] as a result.
+///
+/// # Errors
+/// INVALID_ARGUMENT with the field violations.
+pub fn validate_entity_ref(path: &str, e: &pb::EntityRef) -> ApiResult<()> {
+    let bad = validate_entity(path, Some(e));
+    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
+
+/// Validates a Like/Unlike/Fav/Unfav request; returns the entity.
+///
+/// # Errors
+/// INVALID_ARGUMENT with the field violations (actor_id, entity, owner_id).
+pub fn validate_toggle(actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64) -> ApiResult<&pb::EntityRef> {
+    let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
+    bad.extend(validate_entity("entity", entity));
+    if owner_id < 0 {
+        bad.push(Violation::new("owner_id", "must be >= 0 (0 = unknown)"));
+    }
+    match entity {
+        Some(e) if bad.is_empty() => Ok(e),
+        _ => Err(bad.into()),
+    }
+}
+
+/// Validates an entity-count read (`field` is `entity` for the unary RPC, `entities` for the
+/// batch); returns the metrics wanted, in answer order (empty `metrics` = like, fav).
+///
+/// # Errors
+/// INVALID_ARGUMENT (bad entity, unknown metric, 0 or > 1000 entities).
+pub fn validate_counts(entities: &[pb::EntityRef], metrics: &[i32], field: &str) -> ApiResult<Vec<Metric>> {
+    let mut bad = Vec::new();
+    if field == "entities" && (entities.is_empty() || entities.len() > MAX_BATCH) {
+        bad.push(Violation::new(field, format!("must hold 1..={MAX_BATCH} entities, got {}", entities.len())));
+    }
+    for (i, e) in entities.iter().enumerate() {
+        let path = if field == "entities" { format!("entities[{i}]") } else { field.to_owned() };
+        bad.extend(validate_entity(&path, Some(e)));
+    }
+    let wanted: Vec<Metric> = if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
+    for (i, m) in wanted.iter().enumerate() {
+        if *m == Metric::Unspecified {
+            bad.push(Violation::new(format!("metrics[{i}]"), "unknown metric: use METRIC_LIKE or METRIC_FAV"));
+        }
+    }
+    if bad.is_empty() { Ok(wanted) } else { Err(bad.into()) }
+}
+
+/// Validates a GetActionStates request.
+///
+/// # Errors
+/// INVALID_ARGUMENT for bad ids, type, or batch size.
+pub fn validate_states(actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<()> {
+    let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
+    if !valid_entity_type(entity_type) {
+        bad.push(Violation::new("entity_type", "must be 1..64 bytes of [a-z0-9_]"));
+    }
+    if let Err(v) = socialgraph_domain::validate_batch("entity_ids", ids) {
+        bad.extend(v);
+    }
+    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
+
+/// The answer of an entity-count read: the `wanted` metrics of each entity, in order.
+pub fn entity_counts(entity: &pb::EntityRef, wanted: &[Metric], likes: u64, favs: u64) -> pb::EntityCounts {
+    pb::EntityCounts {
+        entity: Some(entity.clone()),
+        counts: wanted.iter().map(|m| pb::MetricCount { metric: *m as i32, count: if *m == FAV { favs } else { likes } }).collect(),
+    }
+}
+
 /// The nine keys of an entity's scripts: counter, guard, seq, then prefix/chunk set/sparse set
 /// for like and for fav.
 fn script_keys(k: &EntityKeys) -> [String; 9] {
@@ -89,14 +160,7 @@ impl Entities {
     /// # Errors
     /// INVALID_ARGUMENT with field violations; UNAVAILABLE when Redis is down.
     pub async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
-        let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
-        bad.extend(validate_entity("entity", entity));
-        if owner_id < 0 {
-            bad.push(Violation::new("owner_id", "must be >= 0 (0 = unknown)"));
-        }
-        let Some(entity) = entity.filter(|_| bad.is_empty()) else {
-            return Err(bad.into());
-        };
+        let entity = validate_toggle(actor_id, entity, owner_id)?;
         let k = self.keys(entity);
         let name = metric_name(metric);
         let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
@@ -164,32 +228,9 @@ impl Entities {
     /// # Errors
     /// INVALID_ARGUMENT (bad entity, unknown metric, 0 or > 1000 entities); UNAVAILABLE.
     pub async fn counts(&self, entities: &[pb::EntityRef], metrics: &[i32], field: &str) -> ApiResult<Vec<pb::EntityCounts>> {
-        let mut bad = Vec::new();
-        if field == "entities" && (entities.is_empty() || entities.len() > MAX_BATCH) {
-            bad.push(Violation::new(field, format!("must hold 1..={MAX_BATCH} entities, got {}", entities.len())));
-        }
-        for (i, e) in entities.iter().enumerate() {
-            let path = if field == "entities" { format!("entities[{i}]") } else { field.to_owned() };
-            bad.extend(validate_entity(&path, Some(e)));
-        }
-        let wanted: Vec<Metric> = if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
-        for (i, m) in wanted.iter().enumerate() {
-            if *m == Metric::Unspecified {
-                bad.push(Violation::new(format!("metrics[{i}]"), "unknown metric: use METRIC_LIKE or METRIC_FAV"));
-            }
-        }
-        if !bad.is_empty() {
-            return Err(bad.into());
-        }
+        let wanted = validate_counts(entities, metrics, field)?;
         let values = self.read_or_rebuild(entities, false).await?;
-        Ok(entities
-            .iter()
-            .zip(values)
-            .map(|(e, (likes, favs))| pb::EntityCounts {
-                entity: Some(e.clone()),
-                counts: wanted.iter().map(|m| pb::MetricCount { metric: *m as i32, count: if *m == FAV { favs } else { likes } }).collect(),
-            })
-            .collect())
+        Ok(entities.iter().zip(values).map(|(e, (likes, favs))| entity_counts(e, &wanted, likes, favs)).collect())
     }
 
     async fn read_or_rebuild(&self, entities: &[pb::EntityRef], force: bool) -> ApiResult<Vec<(u64, u64)>> {
@@ -210,15 +251,9 @@ impl Entities {
     /// # Errors
     /// INVALID_ARGUMENT for a bad entity; UNAVAILABLE.
     pub async fn rebuild(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
-        let bad = validate_entity("entity", Some(entity));
-        if !bad.is_empty() {
-            return Err(bad.into());
-        }
+        validate_entity_ref("entity", entity)?;
         let (likes, favs) = self.read_or_rebuild(std::slice::from_ref(entity), true).await?.pop().unwrap_or_default();
-        Ok(pb::EntityCounts {
-            entity: Some(entity.clone()),
-            counts: vec![pb::MetricCount { metric: LIKE as i32, count: likes }, pb::MetricCount { metric: FAV as i32, count: favs }],
-        })
+        Ok(entity_counts(entity, &[LIKE, FAV], likes, favs))
     }
 
     /// Rebuilds the pending entities whose last toggle is older than `quiet_ms` and removes
@@ -259,16 +294,7 @@ impl Entities {
     /// # Errors
     /// INVALID_ARGUMENT for bad ids, type, or batch size; UNAVAILABLE.
     pub async fn states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
-        let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
-        if !valid_entity_type(entity_type) {
-            bad.push(Violation::new("entity_type", "must be 1..64 bytes of [a-z0-9_]"));
-        }
-        if let Err(v) = socialgraph_domain::validate_batch("entity_ids", ids) {
-            bad.extend(v);
-        }
-        if !bad.is_empty() {
-            return Err(bad.into());
-        }
+        validate_states(actor_id, entity_type, ids)?;
         let mut pipe = redis::pipe();
         for id in ids {
             let k = self.store.keys.entity(entity_type, *id);

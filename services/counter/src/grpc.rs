@@ -1,35 +1,44 @@
-//! CounterService over gRPC: convert the request, call the service, map the result.
+//! CounterService over gRPC: validate the request, call the backend, map the result. The
+//! same layer serves counter-svc (Redis) and the embedded mode (SQL tables).
 
 use std::sync::Arc;
 
 use secrecy::SecretString;
 use socialgraph_cache::counters::{Sds, field};
+use socialgraph_domain::{validate_batch, validate_user_id};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::counter::v1::counter_service_server::CounterService;
+use socialgraph_proto::events::v1::Metric;
 use tonic::{Request, Response, Status};
 
-use crate::entities::Entities;
-use crate::service::Counters;
+use crate::backend::CounterBackend;
+use crate::entities::{FAV, LIKE, validate_counts, validate_entity_ref, validate_states, validate_toggle};
 
-/// The tonic implementation of `socialgraph.counter.v1.CounterService`.
-pub struct CounterGrpc {
-    counters: Arc<Counters>,
-    entities: Arc<Entities>,
+/// The tonic implementation of `socialgraph.counter.v1.CounterService` over backend `B`.
+pub struct CounterGrpc<B> {
+    backend: Arc<B>,
     admin_token: Option<SecretString>,
 }
 
-impl CounterGrpc {
-    /// Serves user and entity counters; rebuild RPCs need `Bearer <admin_token>`.
-    pub fn new(counters: Arc<Counters>, entities: Arc<Entities>, admin_token: Option<SecretString>) -> Self {
-        Self { counters, entities, admin_token }
+impl<B: CounterBackend> CounterGrpc<B> {
+    /// Serves user and entity counters from `backend`; rebuild RPCs need
+    /// `Bearer <admin_token>`.
+    pub fn new(backend: Arc<B>, admin_token: Option<SecretString>) -> Self {
+        Self { backend, admin_token }
     }
 
     fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
         Ok(socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())?)
     }
+
+    async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> Result<(bool, bool), Status> {
+        let entity = validate_toggle(actor_id, entity, owner_id)?;
+        Ok(self.backend.toggle(actor_id, entity, owner_id, metric, wanted).await?)
+    }
 }
 
-fn user_counters(user_id: i64, s: Sds) -> pb::UserCounters {
+/// The proto message of one user's counters.
+pub fn user_counters(user_id: i64, s: Sds) -> pb::UserCounters {
     pb::UserCounters {
         user_id,
         followings: u64::from(s.0[field::FOLLOWINGS]),
@@ -41,10 +50,11 @@ fn user_counters(user_id: i64, s: Sds) -> pb::UserCounters {
 }
 
 #[tonic::async_trait]
-impl CounterService for CounterGrpc {
+impl<B: CounterBackend> CounterService for CounterGrpc<B> {
     async fn get_user_counters(&self, req: Request<pb::GetUserCountersRequest>) -> Result<Response<pb::GetUserCountersResponse>, Status> {
-        let id = Counters::user("user_id", req.into_inner().user_id)?;
-        let s = self.counters.get(&[id], "user_id").await?;
+        let id = req.into_inner().user_id;
+        validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
+        let s = self.backend.user_counters(&[id], "user_id").await?;
         Ok(Response::new(pb::GetUserCountersResponse { counters: s.first().map(|s| user_counters(id, *s)) }))
     }
 
@@ -53,39 +63,42 @@ impl CounterService for CounterGrpc {
         req: Request<pb::BatchGetUserCountersRequest>,
     ) -> Result<Response<pb::BatchGetUserCountersResponse>, Status> {
         let ids = req.into_inner().user_ids;
-        let s = self.counters.get(&ids, "user_ids").await?;
+        validate_batch("user_ids", &ids).map_err(socialgraph_server::ApiError::from)?;
+        let s = self.backend.user_counters(&ids, "user_ids").await?;
         let counters = ids.iter().zip(s).map(|(u, s)| user_counters(*u, s)).collect();
         Ok(Response::new(pb::BatchGetUserCountersResponse { counters }))
     }
 
     async fn like(&self, req: Request<pb::LikeRequest>) -> Result<Response<pb::LikeResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.entities.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, crate::entities::LIKE, true).await?;
+        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, true).await?;
         Ok(Response::new(pb::LikeResponse { changed, active }))
     }
 
     async fn unlike(&self, req: Request<pb::UnlikeRequest>) -> Result<Response<pb::UnlikeResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.entities.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, crate::entities::LIKE, false).await?;
+        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, false).await?;
         Ok(Response::new(pb::UnlikeResponse { changed, active }))
     }
 
     async fn fav(&self, req: Request<pb::FavRequest>) -> Result<Response<pb::FavResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.entities.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, crate::entities::FAV, true).await?;
+        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, true).await?;
         Ok(Response::new(pb::FavResponse { changed, active }))
     }
 
     async fn unfav(&self, req: Request<pb::UnfavRequest>) -> Result<Response<pb::UnfavResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.entities.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, crate::entities::FAV, false).await?;
+        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, false).await?;
         Ok(Response::new(pb::UnfavResponse { changed, active }))
     }
 
     async fn get_entity_counts(&self, req: Request<pb::GetEntityCountsRequest>) -> Result<Response<pb::GetEntityCountsResponse>, Status> {
         let r = req.into_inner();
         let entity = r.entity.unwrap_or_default();
-        let mut counts = self.entities.counts(std::slice::from_ref(&entity), &r.metrics, "entity").await?;
+        let entities = std::slice::from_ref(&entity);
+        let wanted = validate_counts(entities, &r.metrics, "entity")?;
+        let mut counts = self.backend.entity_counts(entities, &wanted).await?;
         Ok(Response::new(pb::GetEntityCountsResponse { counts: counts.pop() }))
     }
 
@@ -94,13 +107,15 @@ impl CounterService for CounterGrpc {
         req: Request<pb::BatchGetEntityCountsRequest>,
     ) -> Result<Response<pb::BatchGetEntityCountsResponse>, Status> {
         let r = req.into_inner();
-        let counts = self.entities.counts(&r.entities, &r.metrics, "entities").await?;
+        let wanted = validate_counts(&r.entities, &r.metrics, "entities")?;
+        let counts = self.backend.entity_counts(&r.entities, &wanted).await?;
         Ok(Response::new(pb::BatchGetEntityCountsResponse { counts }))
     }
 
     async fn get_action_states(&self, req: Request<pb::GetActionStatesRequest>) -> Result<Response<pb::GetActionStatesResponse>, Status> {
         let r = req.into_inner();
-        let states = self.entities.states(r.actor_id, &r.entity_type, &r.entity_ids).await?;
+        validate_states(r.actor_id, &r.entity_type, &r.entity_ids)?;
+        let states = self.backend.action_states(r.actor_id, &r.entity_type, &r.entity_ids).await?;
         Ok(Response::new(pb::GetActionStatesResponse { states }))
     }
 
@@ -109,8 +124,9 @@ impl CounterService for CounterGrpc {
         req: Request<pb::RebuildUserCountersRequest>,
     ) -> Result<Response<pb::RebuildUserCountersResponse>, Status> {
         self.admin(&req)?;
-        let id = Counters::user("user_id", req.into_inner().user_id)?;
-        let s = self.counters.rebuild(id).await?;
+        let id = req.into_inner().user_id;
+        validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
+        let s = self.backend.rebuild_user_counters(id).await?;
         Ok(Response::new(pb::RebuildUserCountersResponse { counters: Some(user_counters(id, s)) }))
     }
 
@@ -120,7 +136,8 @@ impl CounterService for CounterGrpc {
     ) -> Result<Response<pb::RebuildEntityCountsResponse>, Status> {
         self.admin(&req)?;
         let entity = req.into_inner().entity.unwrap_or_default();
-        let counts = self.entities.rebuild(&entity).await?;
+        validate_entity_ref("entity", &entity)?;
+        let counts = self.backend.rebuild_entity_counts(&entity).await?;
         Ok(Response::new(pb::RebuildEntityCountsResponse { counts: Some(counts) }))
     }
 }

@@ -3,6 +3,7 @@
 //! `sg.content.v1` and `sg.counter.v1` effectively-once; takes like/fav toggles on bitmap facts
 //! and publishes their events.
 
+pub mod backend;
 pub mod config;
 pub mod consume;
 pub mod entities;
@@ -86,7 +87,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let repair = tokio::spawn(repair_pending(Arc::clone(&entities), config.counters.verify_after_ms as i64, loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(counters, entities, config.auth.admin_token.clone())));
+    let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(
+        Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }),
+        config.auth.admin_token.clone(),
+    )));
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], &[], grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;

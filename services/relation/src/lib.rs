@@ -66,7 +66,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     registry.register(Box::new(bypassed.clone()))?;
 
     let wake = Arc::new(Notify::new());
-    let relations = Arc::new(service::Relations::new(db.clone(), redis, config.clone(), Arc::clone(&wake), bypassed));
+    let relations = Arc::new(service::Relations::new(db.clone(), Some(redis), config.clone(), Arc::clone(&wake), bypassed));
     let loops = CancellationToken::new();
     let relay = config.kafka.relay_enabled.then(|| {
         tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone()))

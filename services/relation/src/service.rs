@@ -78,7 +78,8 @@ impl Retry {
 /// The relation service's state, shared by every RPC.
 pub struct Relations {
     db: DatabaseConnection,
-    limiter: TokenBucket,
+    /// The per-follower token bucket; `None` in the embedded mode, which has no Redis.
+    limiter: Option<TokenBucket>,
     keys: Keys,
     token_key: PageTokenKey,
     config: Config,
@@ -137,20 +138,23 @@ pub(crate) fn db_error(e: DbErr) -> ApiError {
 }
 
 impl Relations {
-    /// Builds the service over an open database and Redis pool.
+    /// Builds the service over an open database and Redis pool (`None`: follows are not
+    /// rate-limited, as in the embedded mode).
     pub fn new(
         db: DatabaseConnection,
-        redis: socialgraph_cache::Pool,
+        redis: Option<socialgraph_cache::Pool>,
         config: Config,
         relay_wake: Arc<Notify>,
         rate_limit_bypassed: IntCounter,
     ) -> Self {
-        let limiter = TokenBucket::new(
-            redis,
-            config.limits.follow_burst,
-            config.limits.follow_refill_per_day,
-            std::time::Duration::from_millis(config.redis.timeout_ms),
-        );
+        let limiter = redis.map(|redis| {
+            TokenBucket::new(
+                redis,
+                config.limits.follow_burst,
+                config.limits.follow_refill_per_day,
+                std::time::Duration::from_millis(config.redis.timeout_ms),
+            )
+        });
         let token_key = page_token_key(config.auth.page_token_secret.as_ref());
         Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed }
     }
@@ -193,7 +197,10 @@ impl Relations {
     }
 
     async fn check_rate_limit(&self, follower_id: i64) -> ApiResult<()> {
-        match self.limiter.take(&self.keys.follow_rate_limit(follower_id)).await {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        match limiter.take(&self.keys.follow_rate_limit(follower_id)).await {
             Ok(Verdict::Allowed) => Ok(()),
             Ok(Verdict::Limited { retry_after }) => Err(ApiError::ResourceExhausted {
                 reason: "RATE_LIMITED",

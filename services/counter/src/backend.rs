@@ -1,0 +1,68 @@
+//! What CounterService needs from a counter store. counter-svc keeps counters in Redis
+//! ([`RedisCounters`]); the embedded mode keeps them in SQL tables. Requests reach a backend
+//! validated by the gRPC layer ([`crate::grpc`]), so both answer bad input identically.
+
+use std::sync::Arc;
+
+use socialgraph_cache::counters::Sds;
+use socialgraph_proto::counter::v1 as pb;
+use socialgraph_proto::events::v1::Metric;
+use socialgraph_server::ApiResult;
+
+use crate::entities::Entities;
+use crate::service::Counters;
+
+/// A counter store behind CounterService. Every input is already validated (ids > 0, batch
+/// sizes, entity types, metrics).
+#[tonic::async_trait]
+pub trait CounterBackend: Send + Sync + 'static {
+    /// The five counters of each user, in request order (`field` names the ids in errors).
+    async fn user_counters(&self, user_ids: &[i64], field: &str) -> ApiResult<Vec<Sds>>;
+    /// Recomputes one user's counters from the facts and returns them.
+    async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds>;
+    /// Sets (`wanted`) or clears `actor_id`'s `metric` on `entity`: (changed, active).
+    /// Repeats are no-ops (changed = false); a change emits one ActionEvent.
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)>;
+    /// The `wanted` metrics of each entity, in request order.
+    async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>>;
+    /// Whether `actor_id` liked / favourited each entity, in request order.
+    async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>>;
+    /// Recomputes one entity's like and fav counts from its facts.
+    async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts>;
+}
+
+/// counter-svc's backend: SDS strings, bitmaps and Lua scripts in Redis.
+pub struct RedisCounters {
+    /// User counters.
+    pub counters: Arc<Counters>,
+    /// Entity counters and their bitmap facts.
+    pub entities: Arc<Entities>,
+}
+
+#[tonic::async_trait]
+impl CounterBackend for RedisCounters {
+    async fn user_counters(&self, user_ids: &[i64], field: &str) -> ApiResult<Vec<Sds>> {
+        self.counters.get(user_ids, field).await
+    }
+
+    async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds> {
+        self.counters.rebuild(user_id).await
+    }
+
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+        self.entities.toggle(actor_id, Some(entity), owner_id, metric, wanted).await
+    }
+
+    async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {
+        let metrics: Vec<i32> = wanted.iter().map(|m| *m as i32).collect();
+        self.entities.counts(entities, &metrics, "entities").await
+    }
+
+    async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
+        self.entities.states(actor_id, entity_type, ids).await
+    }
+
+    async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
+        self.entities.rebuild(entity).await
+    }
+}

@@ -1,0 +1,420 @@
+//! Counters of the embedded mode in SQL tables, beside the facts they count.
+//!
+//! - `user_counter` — one row per user: followings, followers, posts, likes and favourites
+//!   received, and `guard_offset`, the last log offset (outbox id) its value reflects.
+//! - `action_fact` — one row per (entity, metric, actor) that is active: the fact of "who
+//!   liked"; `owner_id` as given by the first toggle.
+//! - `entity_counter` — like and favourite counts per entity and a per-entity `seq` bumped by
+//!   every change (the ActionEvent's `sequence`).
+//!
+//! A toggle changes the fact, the entity's counts and writes its ActionEvent to the outbox in
+//! one transaction, so entity counts cannot drift. User counters are derived from the log
+//! ([`CounterLog`]) exactly as counter-svc derives them from Kafka: per user, only events
+//! beyond its guard apply, and the consumer's offset is stored in the same transaction. A
+//! rebuild counts the facts while holding SQLite's write lock, so they reflect exactly the
+//! outbox rows up to the newest id, and stores that id as the user's guard (DESIGN.md §5).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost::Message;
+use rskafka::record::RecordAndOffset;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, TransactionTrait, Value};
+use socialgraph_cache::counters::{FIELDS, Sds, field};
+use socialgraph_counter::backend::CounterBackend;
+use socialgraph_counter::entities::{FAV, LIKE, entity_counts};
+use socialgraph_events::consumer::{BatchHandler, BoxError};
+use socialgraph_proto::counter::v1 as pb;
+use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
+use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::offsets::{self, StoredOffset};
+use socialgraph_storage::outbox::{self, NewOutboxRow};
+use tokio::sync::Notify;
+
+/// Attempts of a transaction that met a busy database.
+const MAX_ATTEMPTS: usize = 50;
+/// Ids per `IN (…)` list.
+const CHUNK: usize = 500;
+
+/// Creates the counter tables when missing (idempotent; run at every start).
+///
+/// # Errors
+/// Database errors.
+pub async fn ensure_schema(db: &DatabaseConnection) -> Result<(), DbErr> {
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS user_counter (user_id INTEGER PRIMARY KEY, followings INTEGER NOT NULL DEFAULT 0, \
+         followers INTEGER NOT NULL DEFAULT 0, posts INTEGER NOT NULL DEFAULT 0, likes_received INTEGER NOT NULL DEFAULT 0, \
+         favs_received INTEGER NOT NULL DEFAULT 0, guard_offset INTEGER NOT NULL DEFAULT -1)",
+        "CREATE TABLE IF NOT EXISTS action_fact (entity_type TEXT NOT NULL, entity_id INTEGER NOT NULL, metric INTEGER NOT NULL, \
+         actor_id INTEGER NOT NULL, owner_id INTEGER NOT NULL, PRIMARY KEY (entity_type, entity_id, metric, actor_id))",
+        "CREATE INDEX IF NOT EXISTS action_fact_owner ON action_fact (owner_id, metric)",
+        "CREATE INDEX IF NOT EXISTS following_followee ON following (followee_id, state)",
+        "CREATE TABLE IF NOT EXISTS entity_counter (entity_type TEXT NOT NULL, entity_id INTEGER NOT NULL, \
+         likes INTEGER NOT NULL DEFAULT 0, favs INTEGER NOT NULL DEFAULT 0, seq INTEGER NOT NULL DEFAULT 0, \
+         PRIMARY KEY (entity_type, entity_id))",
+    ] {
+        db.execute_unprepared(sql).await?;
+    }
+    Ok(())
+}
+
+fn stmt(sql: &str, values: Vec<Value>) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+fn db_error(e: DbErr) -> ApiError {
+    if socialgraph_storage::is_retryable(&e) {
+        ApiError::Unavailable(format!("database busy: {e}"))
+    } else {
+        ApiError::internal(e)
+    }
+}
+
+/// Runs `body` in a transaction, retrying it while SQLite reports a busy database.
+async fn in_tx<T, F>(db: &DatabaseConnection, mut body: F) -> Result<T, DbErr>
+where
+    F: for<'t> FnMut(&'t DatabaseTransaction) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, DbErr>> + Send + 't>>,
+{
+    let mut attempt = 0;
+    loop {
+        let txn = db.begin().await?;
+        let result = match body(&txn).await {
+            Ok(v) => txn.commit().await.map(|()| v),
+            Err(e) => {
+                let _ = txn.rollback().await;
+                Err(e)
+            }
+        };
+        match result {
+            Err(e) if socialgraph_storage::is_retryable(&e) && attempt < MAX_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(2 * attempt as u64)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The newest outbox id (the log position the facts reflect inside a write transaction);
+/// −1 when the log is empty.
+async fn log_position<C: ConnectionTrait>(conn: &C) -> Result<i64, DbErr> {
+    Ok(crate::log::high_watermark(conn, &[]).await? - 1)
+}
+
+async fn count<C: ConnectionTrait>(conn: &C, sql: &str, values: Vec<Value>) -> Result<i64, DbErr> {
+    Ok(conn.query_one_raw(stmt(sql, values)).await?.map(|r| r.try_get_by_index::<i64>(0)).transpose()?.unwrap_or(0))
+}
+
+fn clamp(v: i64) -> u32 {
+    v.clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// CounterService's backend on SQL tables.
+pub struct SqlCounters {
+    /// The SQLite database.
+    pub db: DatabaseConnection,
+    /// Topic name of action events in the log.
+    pub counter_topic: String,
+    /// Wakes the log readers after a toggle commits.
+    pub wake: Arc<Notify>,
+}
+
+impl SqlCounters {
+    async fn read(&self, user_ids: &[i64]) -> Result<HashMap<i64, Sds>, DbErr> {
+        let mut out = HashMap::new();
+        for chunk in user_ids.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT user_id, followings, followers, posts, likes_received, favs_received FROM user_counter WHERE user_id IN ({})",
+                placeholders(chunk.len())
+            );
+            for r in self.db.query_all_raw(stmt(&sql, chunk.iter().map(|u| Value::from(*u)).collect())).await? {
+                let mut s = [0u32; FIELDS];
+                for (i, slot) in s.iter_mut().enumerate() {
+                    *slot = clamp(r.try_get_by_index::<i64>(i + 1)?);
+                }
+                out.insert(r.try_get_by_index::<i64>(0)?, Sds(s));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn rebuild(&self, user_id: i64) -> Result<Sds, DbErr> {
+        in_tx(&self.db, |txn| {
+            Box::pin(async move {
+                // A write first: the transaction holds SQLite's write lock from here on, so the
+                // facts below and the newest outbox id are one consistent position.
+                txn.execute_raw(stmt("INSERT INTO user_counter (user_id) VALUES (?) ON CONFLICT (user_id) DO NOTHING", vec![user_id.into()])).await?;
+                let position = log_position(txn).await?;
+                let followings = count(txn, "SELECT COUNT(*) FROM following WHERE follower_id = ? AND state = 1", vec![user_id.into()]).await?;
+                let followers = count(txn, "SELECT COUNT(*) FROM following WHERE followee_id = ? AND state = 1", vec![user_id.into()]).await?;
+                let received = "SELECT COUNT(*) FROM action_fact WHERE owner_id = ? AND metric = ?";
+                let likes = count(txn, received, vec![user_id.into(), (LIKE as i32).into()]).await?;
+                let favs = count(txn, received, vec![user_id.into(), (FAV as i32).into()]).await?;
+                txn.execute_raw(stmt(
+                    "UPDATE user_counter SET followings = ?, followers = ?, likes_received = ?, favs_received = ?, guard_offset = ? WHERE user_id = ?",
+                    vec![followings.into(), followers.into(), likes.into(), favs.into(), position.into(), user_id.into()],
+                ))
+                .await?;
+                let posts = count(txn, "SELECT posts FROM user_counter WHERE user_id = ?", vec![user_id.into()]).await?;
+                Ok(Sds([clamp(followings), clamp(followers), clamp(posts), clamp(likes), clamp(favs)]))
+            })
+        })
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl CounterBackend for SqlCounters {
+    async fn user_counters(&self, user_ids: &[i64], _field: &str) -> ApiResult<Vec<Sds>> {
+        let mut found = self.read(user_ids).await.map_err(db_error)?;
+        let mut out = Vec::with_capacity(user_ids.len());
+        for u in user_ids {
+            let s = match found.get(u) {
+                Some(s) => *s,
+                // No row yet: build it from the facts (and remember it for repeats in the batch).
+                None => {
+                    let s = self.rebuild(*u).await.map_err(db_error)?;
+                    found.insert(*u, s);
+                    s
+                }
+            };
+            out.push(s);
+        }
+        Ok(out)
+    }
+
+    async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds> {
+        self.rebuild(user_id).await.map_err(db_error)
+    }
+
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+        let topic = self.counter_topic.clone();
+        let changed = in_tx(&self.db, |txn| {
+            let (entity, topic) = (entity.clone(), topic.clone());
+            Box::pin(async move {
+                let key = || vec![Value::from(entity.entity_type.clone()), Value::from(entity.entity_id)];
+                txn.execute_raw(stmt("INSERT INTO entity_counter (entity_type, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING", key())).await?;
+                let mut fact_key = key();
+                fact_key.extend([Value::from(metric as i32), Value::from(actor_id)]);
+                let stored_owner = txn
+                    .query_one_raw(stmt("SELECT owner_id FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?", fact_key.clone()))
+                    .await?
+                    .map(|r| r.try_get_by_index::<i64>(0))
+                    .transpose()?;
+                if stored_owner.is_some() == wanted {
+                    return Ok(false);
+                }
+                let owner = stored_owner.unwrap_or(owner_id);
+                if wanted {
+                    let mut v = fact_key.clone();
+                    v.push(owner.into());
+                    txn.execute_raw(stmt("INSERT INTO action_fact (entity_type, entity_id, metric, actor_id, owner_id) VALUES (?, ?, ?, ?, ?)", v)).await?;
+                } else {
+                    txn.execute_raw(stmt("DELETE FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?", fact_key)).await?;
+                }
+                let delta: i64 = if wanted { 1 } else { -1 };
+                let column = if metric == FAV { "favs" } else { "likes" };
+                let mut v = vec![Value::from(delta)];
+                v.extend(key());
+                txn.execute_raw(stmt(&format!("UPDATE entity_counter SET {column} = MAX(0, {column} + ?), seq = seq + 1 WHERE entity_type = ? AND entity_id = ?"), v)).await?;
+                let seq = count(txn, "SELECT seq FROM entity_counter WHERE entity_type = ? AND entity_id = ?", key()).await?;
+                let now = crate::now_ms();
+                let event = ActionEvent {
+                    event_id: format!("{}:{}:{seq}", entity.entity_type, entity.entity_id),
+                    metric: metric as i32,
+                    entity_type: entity.entity_type.clone(),
+                    entity_id: entity.entity_id,
+                    actor_id,
+                    owner_id: owner,
+                    delta: delta as i32,
+                    sequence: seq,
+                    occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
+                };
+                let mut headers = std::collections::BTreeMap::new();
+                headers.insert(socialgraph_events::headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
+                headers.insert(socialgraph_events::headers::SCHEMA.to_owned(), "v1".to_owned());
+                let row = NewOutboxRow {
+                    topic,
+                    partition_key: entity.entity_id,
+                    payload: event.encode_to_vec(),
+                    headers: socialgraph_events::headers::encode(&headers),
+                    created_at_ms: now,
+                };
+                outbox::insert(txn, &[row]).await?;
+                Ok(true)
+            })
+        })
+        .await
+        .map_err(db_error)?;
+        if changed {
+            self.wake.notify_one();
+        }
+        Ok((changed, wanted))
+    }
+
+    async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {
+        let mut out = Vec::with_capacity(entities.len());
+        for e in entities {
+            let row = self
+                .db
+                .query_one_raw(stmt("SELECT likes, favs FROM entity_counter WHERE entity_type = ? AND entity_id = ?", vec![e.entity_type.clone().into(), e.entity_id.into()]))
+                .await
+                .map_err(db_error)?;
+            let (likes, favs) = match row {
+                Some(r) => (r.try_get_by_index::<i64>(0).map_err(db_error)?, r.try_get_by_index::<i64>(1).map_err(db_error)?),
+                None => (0, 0),
+            };
+            out.push(entity_counts(e, wanted, likes.max(0) as u64, favs.max(0) as u64));
+        }
+        Ok(out)
+    }
+
+    async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
+        let mut active: HashMap<i64, (bool, bool)> = HashMap::new();
+        for chunk in ids.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT entity_id, metric FROM action_fact WHERE entity_type = ? AND actor_id = ? AND entity_id IN ({})",
+                placeholders(chunk.len())
+            );
+            let mut v = vec![Value::from(entity_type.to_owned()), Value::from(actor_id)];
+            v.extend(chunk.iter().map(|i| Value::from(*i)));
+            for r in self.db.query_all_raw(stmt(&sql, v)).await.map_err(db_error)? {
+                let id: i64 = r.try_get_by_index(0).map_err(db_error)?;
+                let metric: i32 = r.try_get_by_index(1).map_err(db_error)?;
+                let slot = active.entry(id).or_default();
+                if metric == FAV as i32 { slot.1 = true } else { slot.0 = true }
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(|id| {
+                let (liked, faved) = active.get(id).copied().unwrap_or_default();
+                pb::ActionState { entity_id: *id, liked, faved }
+            })
+            .collect())
+    }
+
+    async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
+        let (likes, favs) = in_tx(&self.db, |txn| {
+            let entity = entity.clone();
+            Box::pin(async move {
+                let key = || vec![Value::from(entity.entity_type.clone()), Value::from(entity.entity_id)];
+                txn.execute_raw(stmt("INSERT INTO entity_counter (entity_type, entity_id) VALUES (?, ?) ON CONFLICT DO NOTHING", key())).await?;
+                let facts = "SELECT COUNT(*) FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ?";
+                let mut v = key();
+                v.push((LIKE as i32).into());
+                let likes = count(txn, facts, v).await?;
+                let mut v = key();
+                v.push((FAV as i32).into());
+                let favs = count(txn, facts, v).await?;
+                let mut v = vec![Value::from(likes), Value::from(favs)];
+                v.extend(key());
+                txn.execute_raw(stmt("UPDATE entity_counter SET likes = ?, favs = ? WHERE entity_type = ? AND entity_id = ?", v)).await?;
+                Ok((likes, favs))
+            })
+        })
+        .await
+        .map_err(db_error)?;
+        Ok(entity_counts(entity, &[LIKE, FAV], likes as u64, favs as u64))
+    }
+}
+
+/// One change of one user's counter: (offset, counter index, ±1).
+type Change = (i64, usize, i64);
+
+/// Derives user counters from the whole log (relation and action events), effectively-once.
+pub struct CounterLog {
+    /// The SQLite database.
+    pub db: DatabaseConnection,
+    /// Name in `consumer_offset`.
+    pub consumer: String,
+    /// Topic of relation events.
+    pub relation_topic: String,
+    /// Topic of action events.
+    pub counter_topic: String,
+}
+
+impl CounterLog {
+    fn changes(&self, records: &[RecordAndOffset]) -> HashMap<i64, Vec<Change>> {
+        let mut changes: HashMap<i64, Vec<Change>> = HashMap::new();
+        for r in records {
+            let topic = r.record.headers.get("topic").map(|t| String::from_utf8_lossy(t).into_owned()).unwrap_or_default();
+            let payload = r.record.value.as_deref().unwrap_or_default();
+            if topic == self.relation_topic {
+                let Ok(e) = RelationEvent::decode(payload) else { continue };
+                let sign = if e.kind == RelationEventKind::Followed as i32 { 1 } else { -1 };
+                changes.entry(e.follower_id).or_default().push((r.offset, field::FOLLOWINGS, sign));
+                changes.entry(e.followee_id).or_default().push((r.offset, field::FOLLOWERS, sign));
+            } else if topic == self.counter_topic {
+                let Ok(e) = ActionEvent::decode(payload) else { continue };
+                if e.owner_id > 0 {
+                    let idx = if e.metric == FAV as i32 { field::FAVS_RECEIVED } else { field::LIKES_RECEIVED };
+                    changes.entry(e.owner_id).or_default().push((r.offset, idx, i64::from(e.delta.signum())));
+                }
+            }
+        }
+        changes
+    }
+}
+
+impl BatchHandler for CounterLog {
+    async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
+        let stored = offsets::list(&self.db, &self.consumer, topic).await?;
+        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+    }
+
+    async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
+        let changes = Arc::new(self.changes(records));
+        let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
+        let (consumer, topic) = (self.consumer.clone(), topic.to_owned());
+        in_tx(&self.db, |txn| {
+            let (changes, consumer, topic) = (Arc::clone(&changes), consumer.clone(), topic.clone());
+            Box::pin(async move {
+                // The offset first: a write, so the guards read below cannot move under us.
+                let position = StoredOffset { partition, next_offset, last_event_ms };
+                offsets::store(txn, &consumer, &topic, position, crate::now_ms()).await?;
+                let users: Vec<i64> = changes.keys().copied().collect();
+                let mut guards: HashMap<i64, i64> = HashMap::new();
+                for chunk in users.chunks(CHUNK) {
+                    let sql = format!("SELECT user_id, guard_offset FROM user_counter WHERE user_id IN ({})", placeholders(chunk.len()));
+                    for r in txn.query_all_raw(stmt(&sql, chunk.iter().map(|u| Value::from(*u)).collect())).await? {
+                        guards.insert(r.try_get_by_index(0)?, r.try_get_by_index(1)?);
+                    }
+                }
+                for (user, list) in changes.iter() {
+                    let guard = guards.get(user).copied().unwrap_or(-1);
+                    let mut delta = [0i64; FIELDS];
+                    for (offset, idx, sign) in list {
+                        if *offset > guard {
+                            delta[*idx] += sign;
+                        }
+                    }
+                    // Every touched user's guard moves to the batch's last offset, so a replay
+                    // of this batch (offsets deleted, or a crash before commit) applies nothing.
+                    let last = next_offset - 1;
+                    let mut v = vec![Value::from(*user)];
+                    v.extend(delta.iter().map(|d| Value::from((*d).max(0))));
+                    v.push(Value::from(last));
+                    v.extend(delta.iter().map(|d| Value::from(*d)));
+                    v.push(Value::from(last));
+                    txn.execute_raw(stmt(
+                        "INSERT INTO user_counter (user_id, followings, followers, posts, likes_received, favs_received, guard_offset) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET \
+                         followings = MIN(4294967295, MAX(0, followings + ?)), followers = MIN(4294967295, MAX(0, followers + ?)), \
+                         posts = MIN(4294967295, MAX(0, posts + ?)), likes_received = MIN(4294967295, MAX(0, likes_received + ?)), \
+                         favs_received = MIN(4294967295, MAX(0, favs_received + ?)), guard_offset = MAX(guard_offset, ?)",
+                        v,
+                    ))
+                    .await?;
+                }
+                Ok(())
+            })
+        })
+        .await?;
+        Ok(())
+    }
+}

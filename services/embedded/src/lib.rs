@@ -1,0 +1,218 @@
+//! `socialgraph dev`: relation-svc, projection-svc and counter-svc in one process on one SQLite
+//! file (DESIGN.md §6).
+//!
+//! - RelationService is relation-svc's own service code on SQLite, without a rate limit (no
+//!   Redis) and without a relay: the outbox table is the event log ([`log`]).
+//! - ProjectionService is projection-svc's own service and apply code; its consumer reads the
+//!   relation events from the log instead of Kafka (offsets = outbox ids, one partition).
+//! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]).
+//!
+//! State lives in the SQLite file and survives a restart; consumers resume from the offsets
+//! stored in `consumer_offset`.
+
+pub mod counters;
+pub mod log;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sea_orm_migration::MigratorTrait;
+use secrecy::SecretString;
+use socialgraph_events::consumer::Progress;
+use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer;
+use socialgraph_proto::projection::v1::projection_service_server::ProjectionServiceServer;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_proto::relation::v1::relation_service_server::RelationServiceServer;
+use socialgraph_server::{Readiness, ServerSettings};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Name of the projection's and the counters' offsets in `consumer_offset`.
+pub const PROJECTION_CONSUMER: &str = "projection";
+/// See [`PROJECTION_CONSUMER`].
+pub const COUNTER_CONSUMER: &str = "counter";
+/// The log name under which the counter consumer stores its offset (it reads every topic).
+pub const WHOLE_LOG: &str = "outbox";
+
+/// Settings of the embedded mode.
+#[derive(Debug, Clone)]
+pub struct DevConfig {
+    /// The SQLite file (created when missing).
+    pub data: PathBuf,
+    /// RelationService address (default 127.0.0.1:50051).
+    pub relation_addr: SocketAddr,
+    /// ProjectionService address (default 127.0.0.1:50052).
+    pub projection_addr: SocketAddr,
+    /// CounterService address (default 127.0.0.1:50053).
+    pub counter_addr: SocketAddr,
+    /// Admin HTTP address: `/metrics`, `/ready`, `/live` (default 127.0.0.1:9100).
+    pub admin_addr: SocketAddr,
+    /// Bearer token of the admin RPCs (ImportFollows, ScanEdges, rebuilds).
+    pub admin_token: SecretString,
+    /// HMAC key of page tokens; `None`: the fixed development key.
+    pub page_token_secret: Option<SecretString>,
+    /// SQLite connections.
+    pub max_connections: u32,
+}
+
+impl Default for DevConfig {
+    fn default() -> Self {
+        Self {
+            data: PathBuf::from("socialgraph-dev.sqlite"),
+            relation_addr: ([127, 0, 0, 1], 50051).into(),
+            projection_addr: ([127, 0, 0, 1], 50052).into(),
+            counter_addr: ([127, 0, 0, 1], 50053).into(),
+            admin_addr: ([127, 0, 0, 1], 9100).into(),
+            admin_token: SecretString::from("dev-admin-token"),
+            page_token_secret: None,
+            max_connections: 4,
+        }
+    }
+}
+
+/// Listeners of a running embedded mesh (bound before [`run`], so callers may pass port 0).
+pub struct Listeners {
+    /// RelationService.
+    pub relation: TcpListener,
+    /// ProjectionService.
+    pub projection: TcpListener,
+    /// CounterService.
+    pub counter: TcpListener,
+    /// Admin HTTP.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the configured addresses.
+    ///
+    /// # Errors
+    /// An address is in use.
+    pub async fn bind(config: &DevConfig) -> anyhow::Result<Self> {
+        let bind = |a: SocketAddr| async move { TcpListener::bind(a).await.with_context(|| format!("binding {a}")) };
+        Ok(Self {
+            relation: bind(config.relation_addr).await?,
+            projection: bind(config.projection_addr).await?,
+            counter: bind(config.counter_addr).await?,
+            admin: bind(config.admin_addr).await?,
+        })
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Runs the three services on `listeners` against `config.data` until `shutdown` fires.
+///
+/// # Errors
+/// The SQLite file cannot be opened or migrated; transport failures.
+pub async fn run(config: DevConfig, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let url = format!("sqlite://{}?mode=rwc", config.data.display());
+    let db = socialgraph_storage::connect(&url, config.max_connections).await.with_context(|| format!("opening {}", config.data.display()))?;
+    socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    counters::ensure_schema(&db).await.context("creating the counter tables")?;
+
+    let relation_addr = listeners.relation.local_addr()?;
+    let mut relation_config = socialgraph_relation::Config::default();
+    relation_config.database.url = url.clone();
+    relation_config.auth.admin_token = Some(config.admin_token.clone());
+    relation_config.auth.page_token_secret = config.page_token_secret.clone();
+    let relation_topic = relation_config.kafka.relation_topic.clone();
+    let counter_topic = socialgraph_events::COUNTER_TOPIC.to_owned();
+
+    let registry = prometheus::Registry::new();
+    let bypassed = prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check")?;
+    let applied = prometheus::IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
+    let skipped = prometheus::IntCounterVec::new(prometheus::Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
+    registry.register(Box::new(applied.clone()))?;
+    registry.register(Box::new(skipped.clone()))?;
+
+    // Commits of the relation service wake both log readers.
+    let relation_wake = Arc::new(Notify::new());
+    let log_wake = Arc::new(Notify::new());
+    let loops = CancellationToken::new();
+    let forward = {
+        let (from, to, cancel) = (Arc::clone(&relation_wake), Arc::clone(&log_wake), loops.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! { _ = from.notified() => to.notify_waiters(), _ = cancel.cancelled() => return }
+            }
+        })
+    };
+    let relations = Arc::new(socialgraph_relation::service::Relations::new(db.clone(), None, relation_config, relation_wake, bypassed));
+
+    let progress = Progress::default();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
+    let projection = Arc::new(socialgraph_projection::service::Projection {
+        db: db.clone(),
+        token_key: socialgraph_server::paging::page_token_key(config.page_token_secret.as_ref()),
+        consumer: PROJECTION_CONSUMER.into(),
+        topic: relation_topic.clone(),
+        progress: progress.clone(),
+        relation: RelationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+        relation_token: Some(config.admin_token.clone()),
+    });
+    let projector = Arc::new(socialgraph_projection::apply::Projector { db: db.clone(), consumer: PROJECTION_CONSUMER.into(), applied, skipped });
+    let projection_loop = tokio::spawn(log::consume(
+        db.clone(),
+        relation_topic.clone(),
+        vec![relation_topic.clone()],
+        projector,
+        progress.clone(),
+        Arc::clone(&log_wake),
+        loops.clone(),
+    ));
+    let counter_log = Arc::new(counters::CounterLog {
+        db: db.clone(),
+        consumer: COUNTER_CONSUMER.into(),
+        relation_topic: relation_topic.clone(),
+        counter_topic: counter_topic.clone(),
+    });
+    let counter_loop = tokio::spawn(log::consume(db.clone(), WHOLE_LOG.into(), Vec::new(), counter_log, Progress::default(), Arc::clone(&log_wake), loops.clone()));
+    let backend = Arc::new(counters::SqlCounters { db: db.clone(), counter_topic, wake: Arc::clone(&log_wake) });
+
+    let readiness = Readiness::default();
+    readiness.set(true);
+    let admin = tokio::spawn(socialgraph_server::serve_admin(listeners.admin, registry, readiness.clone(), loops.clone()));
+    let settings = ServerSettings::with_ports(0, 0);
+    let relation_routes = tonic::service::Routes::new(
+        RelationServiceServer::new(socialgraph_relation::grpc::RelationGrpc::new(relations, Some(config.admin_token.clone())))
+            .max_decoding_message_size(16 * 1024 * 1024),
+    );
+    let projection_routes = tonic::service::Routes::new(ProjectionServiceServer::new(socialgraph_projection::grpc::ProjectionGrpc::new(
+        projection,
+        Some(config.admin_token.clone()),
+    )));
+    let counter_routes = tonic::service::Routes::new(CounterServiceServer::new(socialgraph_counter::grpc::CounterGrpc::new(
+        backend,
+        Some(config.admin_token.clone()),
+    )));
+    let (r, p, c) = tokio::join!(
+        socialgraph_server::serve_grpc(
+            relation_routes,
+            &[socialgraph_relation::SERVICE_NAME],
+            socialgraph_relation::LONG_RUNNING,
+            listeners.relation,
+            &settings,
+            readiness.clone(),
+            shutdown.clone(),
+        ),
+        socialgraph_server::serve_grpc(
+            projection_routes,
+            &[socialgraph_projection::SERVICE_NAME],
+            socialgraph_projection::LONG_RUNNING,
+            listeners.projection,
+            &settings,
+            readiness.clone(),
+            shutdown.clone(),
+        ),
+        socialgraph_server::serve_grpc(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter, &settings, readiness.clone(), shutdown.clone()),
+    );
+    loops.cancel();
+    let _ = tokio::join!(projection_loop, counter_loop, admin, forward);
+    db.close().await.ok();
+    r.and(p).and(c)
+}
