@@ -32,11 +32,11 @@ pub struct LoadOptions {
 }
 
 impl Default for LoadOptions {
-    /// 10,000 edges per message on 2 streams.
+    /// 10,000 edges per message on 4 streams.
     fn default() -> Self {
         Self {
             message_edges: MAX_MESSAGE_EDGES,
-            streams: 2,
+            streams: 4,
         }
     }
 }

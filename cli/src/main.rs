@@ -168,7 +168,7 @@ struct LoadFollowsArgs {
     #[arg(long, default_value_t = 10_000)]
     message_edges: usize,
     /// Concurrent ImportFollows streams.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 4)]
     streams: usize,
     /// No progress bar.
     #[arg(long)]

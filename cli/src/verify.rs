@@ -27,6 +27,9 @@ use crate::graph::{Adjacency, Entry};
 use crate::output::rfc3339;
 use crate::query::{ListQuery, Listed, projection_status, user_counters};
 use crate::rng::{below, sample, seeded};
+use socialgraph_proto::counter::v1::UserCounters;
+use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
+use tonic::transport::Channel;
 
 /// Sample sizes, seed and patience of a verification.
 #[derive(Debug, Clone, Copy)]
@@ -265,6 +268,68 @@ pub fn compare_list(what: &str, expected: &[Entry], got: &[Listed]) -> Option<St
     ))
 }
 
+/// Counters of `ids` in one request; a request the server cannot answer within its deadline
+/// (a cold counter is rebuilt from the projection on its first read, one by one) is split in
+/// halves, and transient failures are retried until `deadline`.
+async fn read_counters(
+    client: &CounterServiceClient<Channel>,
+    ids: Vec<i64>,
+    deadline: Instant,
+) -> CliResult<Vec<UserCounters>> {
+    let mut todo = vec![ids];
+    let mut out = Vec::new();
+    while let Some(batch) = todo.pop() {
+        match user_counters(&mut client.clone(), &batch, batch.len()).await {
+            Ok(c) => out.extend(c),
+            Err(e) if e.code() == Some(tonic::Code::DeadlineExceeded) && batch.len() > 1 => {
+                let (left, right) = batch.split_at(batch.len() / 2);
+                todo.push(right.to_vec());
+                todo.push(left.to_vec());
+            }
+            Err(e) if transient(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                todo.push(batch);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+async fn read_batches(
+    client: &CounterServiceClient<Channel>,
+    users: &[i64],
+    opts: &VerifyOptions,
+    deadline: Instant,
+) -> CliResult<Vec<UserCounters>> {
+    let batch = opts.counter_batch.clamp(1, socialgraph_domain::MAX_BATCH);
+    let batches: Vec<Vec<i64>> = users.chunks(batch).map(<[i64]>::to_vec).collect();
+    let answers: Vec<Vec<UserCounters>> = futures::stream::iter(batches)
+        .map(|ids| read_counters(client, ids, deadline))
+        .buffer_unordered(opts.concurrency.max(1))
+        .try_collect()
+        .await?;
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// The counters of every user of `users`, in no particular order: `opts.counter_batch` users
+/// per request and `opts.concurrency` requests in flight; a request that runs into the
+/// server's deadline is split, transient failures are retried for up to `opts.wait`. Reading
+/// a missing counter makes counter-svc rebuild it from the projection, so this also creates
+/// counters ahead of a verification.
+///
+/// # Errors
+/// [`CliError::Connect`]; [`CliError::Rpc`] for errors that are not transient, or still
+/// transient after `opts.wait`.
+pub async fn read_user_counters(
+    endpoints: &Endpoints,
+    users: &[i64],
+    opts: &VerifyOptions,
+) -> CliResult<Vec<UserCounters>> {
+    let client = endpoints.counter().await?;
+    read_batches(&client, users, opts, Instant::now() + opts.wait).await
+}
+
 /// Counters of every user of `graph`, re-checking disagreeing users until `deadline`.
 /// Returns one line per user that still disagrees.
 async fn check_counters(
@@ -275,26 +340,11 @@ async fn check_counters(
     deadline: Instant,
 ) -> CliResult<Vec<String>> {
     let client = endpoints.counter().await?;
-    let batch = opts.counter_batch.clamp(1, socialgraph_domain::MAX_BATCH);
     let mut pending: Vec<i64> = users.to_vec();
     loop {
-        let batches: Vec<Vec<i64>> = pending.chunks(batch).map(<[i64]>::to_vec).collect();
-        let answers: Vec<_> = futures::stream::iter(batches)
-            .map(|ids| {
-                let client = client.clone();
-                async move {
-                    retry(deadline, || {
-                        let (mut c, ids) = (client.clone(), ids.clone());
-                        async move { user_counters(&mut c, &ids, batch).await }
-                    })
-                    .await
-                }
-            })
-            .buffer_unordered(opts.concurrency.max(1))
-            .try_collect()
-            .await?;
+        let answers = read_batches(&client, &pending, opts, deadline).await?;
         let mut wrong = Vec::new();
-        for c in answers.into_iter().flatten() {
+        for c in answers {
             let (followings, followers) = adj.degrees(c.user_id);
             if (c.followings, c.followers) != (followings, followers) {
                 let line = format!(
