@@ -111,17 +111,18 @@ pub fn describe_status(service: &str, status: &Status) -> String {
         out.push_str(&message);
     }
     let details = status.get_error_details();
-    if let Some(bad) = details
-        .bad_request()
-        .filter(|b| !b.field_violations.is_empty())
-    {
+    if let Some(bad) = details.bad_request() {
+        // Servers often spell the violations out in the message already: name only the rest.
         let fields: Vec<String> = bad
             .field_violations
             .iter()
+            .filter(|v| !message.contains(&format!("{}: {}", v.field, one_line(&v.description))))
             .map(|v| format!("{} ({})", v.field, one_line(&v.description)))
             .collect();
-        out.push_str("; field violations: ");
-        out.push_str(&fields.join(", "));
+        if !fields.is_empty() {
+            out.push_str("; field violations: ");
+            out.push_str(&fields.join(", "));
+        }
     }
     if let Some(info) = details.error_info() {
         out.push_str(&format!("; reason {}", info.reason));
@@ -190,6 +191,20 @@ mod tests {
              followee_id (must be > 0, got -1); reason SELF_FOLLOW (socialgraph) [limit=5000]; retry after 2.5s"
         );
         assert!(!line.contains('\n'));
+        let d = ErrorDetails::with_bad_request(vec![FieldViolation::new(
+            "user_id",
+            "must be > 0, got 0",
+        )]);
+        let s = Status::with_error_details(
+            Code::InvalidArgument,
+            "invalid argument: user_id: must be > 0, got 0",
+            d,
+        );
+        assert_eq!(
+            describe_status("projection-svc", &s),
+            "projection-svc: INVALID_ARGUMENT: invalid argument: user_id: must be > 0, got 0",
+            "violations already in the message are not repeated"
+        );
     }
 
     #[test]

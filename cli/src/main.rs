@@ -72,6 +72,7 @@ enum Command {
     /// Accounts USER follows, newest first.
     Following {
         /// The user.
+        #[arg(allow_negative_numbers = true)]
         user: i64,
         #[command(flatten)]
         paging: PagingArgs,
@@ -79,6 +80,7 @@ enum Command {
     /// Accounts following USER, newest first.
     Followers {
         /// The user.
+        #[arg(allow_negative_numbers = true)]
         user: i64,
         #[command(flatten)]
         paging: PagingArgs,
@@ -86,16 +88,19 @@ enum Command {
     /// Both directions between USER and each OTHER.
     Relationship {
         /// The point of view.
+        #[arg(allow_negative_numbers = true)]
         user: i64,
         /// Other users (any number; sent 1000 per request).
-        #[arg(required = true)]
+        #[arg(required = true, allow_negative_numbers = true)]
         others: Vec<i64>,
     },
     /// Accounts both USER and OTHER follow, in USER's follow order.
     Common {
         /// First user.
+        #[arg(allow_negative_numbers = true)]
         user: i64,
         /// Second user.
+        #[arg(allow_negative_numbers = true)]
         other: i64,
         #[command(flatten)]
         paging: PagingArgs,
@@ -103,8 +108,10 @@ enum Command {
     /// Accounts VIEWER follows that follow USER ("followed by people you know").
     Familiar {
         /// Whose acquaintances.
+        #[arg(allow_negative_numbers = true)]
         viewer: i64,
         /// Whose followers.
+        #[arg(allow_negative_numbers = true)]
         user: i64,
         #[command(flatten)]
         paging: PagingArgs,
@@ -112,7 +119,7 @@ enum Command {
     /// Followings, followers, posts, likes and favs received of each USER.
     Counters {
         /// Users (any number; sent 1000 per request).
-        #[arg(required = true)]
+        #[arg(required = true, allow_negative_numbers = true)]
         users: Vec<i64>,
     },
     /// Like and fav counts of entities of one type.
@@ -120,7 +127,7 @@ enum Command {
         /// Entity type, e.g. `movie` or `post`.
         entity_type: String,
         /// Entity ids.
-        #[arg(required = true)]
+        #[arg(required = true, allow_negative_numbers = true)]
         ids: Vec<i64>,
     },
     /// projection-svc's progress per partition (offsets, high watermark, lag).

@@ -9,7 +9,7 @@
 //!    reverse adjacency, newest first, ties by follower id descending.
 //! 4. ListFamiliarFollowers of random (viewer, user) pairs equals brute force. Nine pairs in
 //!    ten take the viewer as a follower of a follower of the user, so the answer is rarely
-//!    empty; the tenth is uniform.
+//!    empty; the tenth is uniform (usually empty).
 //!
 //! counter-svc exposes no consumer position over gRPC, so "counters caught up" is observed on
 //! the counters themselves: a check that disagrees is repeated (every 500 ms) until it agrees
@@ -226,13 +226,21 @@ pub fn sample_checks(
             pairs.push((viewer, uniform(&mut rng)));
             continue;
         }
-        let user = followed[below(&mut rng, followed.len())];
-        let middle = adj.followers(user)[below(&mut rng, adj.followers(user).len())].0;
-        let of_middle = adj.followers(middle);
-        let viewer = if of_middle.is_empty() {
-            uniform(&mut rng)
-        } else {
-            of_middle[below(&mut rng, of_middle.len())].0
+        // A follower of a follower of the user: retry a few times for a middle account that
+        // has followers of its own, else take a uniform viewer.
+        let mut pick = None;
+        for _ in 0..8 {
+            let user = followed[below(&mut rng, followed.len())];
+            let middle = adj.followers(user)[below(&mut rng, adj.followers(user).len())].0;
+            let of_middle = adj.followers(middle);
+            if !of_middle.is_empty() {
+                pick = Some((of_middle[below(&mut rng, of_middle.len())].0, user));
+                break;
+            }
+        }
+        let (viewer, user) = match pick {
+            Some(p) => p,
+            None => (uniform(&mut rng), followed[below(&mut rng, followed.len())]),
         };
         pairs.push((viewer, user));
     }
