@@ -12,6 +12,24 @@ pub mod outbox;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};
 
+/// Begins a transaction that will write. On SQLite it is `BEGIN IMMEDIATE`: it takes the
+/// write lock up front (waiting up to the busy timeout) instead of failing with "database is
+/// locked" when a read started inside it must upgrade after another writer committed.
+/// Elsewhere the server's default isolation.
+///
+/// # Errors
+/// Database errors.
+pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    use sea_orm::TransactionTrait;
+    match db.get_database_backend() {
+        DbBackend::Sqlite => {
+            let options = sea_orm::TransactionOptions { sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate), ..Default::default() };
+            db.begin_with_options(options).await
+        }
+        _ => db.begin().await,
+    }
+}
+
 /// Connects to `url` (`postgres://`, `mysql://`, `sqlite://`) with a pool of at most
 /// `max_connections`.
 ///

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use prost::Message;
 use rskafka::record::RecordAndOffset;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use socialgraph_cache::counters::{FIELDS, Sds, field};
 use socialgraph_counter::backend::CounterBackend;
 use socialgraph_counter::entities::{FAV, LIKE, entity_counts};
@@ -81,7 +81,7 @@ where
 {
     let mut attempt = 0;
     loop {
-        let txn = db.begin().await?;
+        let txn = socialgraph_storage::begin_write(db).await?;
         let result = match body(&txn).await {
             Ok(v) => txn.commit().await.map(|()| v),
             Err(e) => {

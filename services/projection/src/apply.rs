@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
-use sea_orm::{DatabaseConnection, TransactionTrait};
+use sea_orm::DatabaseConnection;
 use socialgraph_domain::{Edge, EdgeState, timestamp_to_ms};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
@@ -74,7 +74,7 @@ impl Projector {
         newest: &HashMap<(i64, i64), Edge>,
         position: StoredOffset,
     ) -> Result<u64, sea_orm::DbErr> {
-        let txn = self.db.begin().await?;
+        let txn = socialgraph_storage::begin_write(&self.db).await?;
         let pairs: Vec<(i64, i64)> = newest.keys().copied().collect();
         let stored: HashMap<(i64, i64), Edge> = edges::get_many(&txn, EdgeTable::Follower, &pairs, true)
             .await?

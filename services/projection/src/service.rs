@@ -168,7 +168,7 @@ impl Projection {
     /// checked against a fresh read of the source, which is never behind a legitimately
     /// projected row: whatever disagrees with that fresh read was damaged and is corrected.
     async fn repair(&self, key: (i64, i64), scanned: Option<Edge>, counts: &mut RebuildCounts) -> ApiResult<()> {
-        let txn = self.db.begin().await.map_err(db_error)?;
+        let txn = socialgraph_storage::begin_write(&self.db).await.map_err(db_error)?;
         let stored = edges::get(&txn, EdgeTable::Follower, key.0, key.1, true).await.map_err(db_error)?;
         let target = match (stored, scanned) {
             (Some(t), Some(s)) if t == s => None,

@@ -168,7 +168,7 @@ impl Relations {
         // READ COMMITTED: a first follow of an edge takes no gap lock on MySQL, so concurrent
         // first follows collide on the primary key (and retry) instead of deadlocking.
         match self.db.get_database_backend() {
-            DbBackend::Sqlite => self.db.begin().await,
+            DbBackend::Sqlite => socialgraph_storage::begin_write(&self.db).await,
             _ => self.db.begin_with_config(Some(IsolationLevel::ReadCommitted), Some(AccessMode::ReadWrite)).await,
         }
     }
