@@ -1,7 +1,10 @@
 # socialgraph — the README's commands.
 #   make deps    install (if missing) and start PostgreSQL, MariaDB, Redis and the Kafka broker
 #   make test    make deps, then every test of the workspace against those services
-#   make run     make deps, build, and start the mesh locally (see README)
+#   make run     build, start `socialgraph dev` (embedded, one SQLite file), load and verify a
+#                follow graph, print a tour, leave it serving (DATA=path for another edge list)
+#   make stop    stop what make run started
+#   make run-mesh  make deps, build, and start the three services of the distributed mesh
 #   make bench   the benchmarks (release build; prints numbers)
 #   make lint    rustfmt check and clippy
 
@@ -13,7 +16,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-rust test-helm run bench lint
+.PHONY: deps build test test-rust test-helm run run-mesh stop bench lint
 
 deps:
 	bash scripts/deps.sh
@@ -35,7 +38,14 @@ test-rust:
 test-helm:
 	.venv/bin/python -m pytest helm/tests -q
 
-run: deps build
+run:
+	$(CARGO) build -p socialgraph-cli --bin socialgraph
+	DATA="$(DATA)" ID_OFFSET="$(ID_OFFSET)" bash scripts/dev.sh
+
+stop:
+	@if [[ -f .socialgraph/dev.pid ]] && kill "$$(cat .socialgraph/dev.pid)" 2>/dev/null; then echo "socialgraph dev stopped"; else echo "socialgraph dev is not running"; fi
+
+run-mesh: deps build
 	bash scripts/run.sh
 
 bench: deps

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run`: the distributed mesh on this machine, against the services `make deps` started.
+# `make run-mesh`: the distributed mesh on this machine, against the services `make deps` started.
 # DB_URL, ADMIN_TOKEN and PAGE_SECRET override the defaults below.
 # Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
 # starts relation-svc (:50051, admin :9101), projection-svc (:50052, admin :9102) and

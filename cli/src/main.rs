@@ -66,6 +66,10 @@ struct MeshArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve RelationService, ProjectionService and CounterService in this process on one
+    /// SQLite file (the embedded mode; needs nothing else installed). Runs until SIGTERM or
+    /// Ctrl-C.
+    Dev(DevArgs),
     /// Bulk-load a file into the mesh.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -262,8 +266,63 @@ struct GenArgs {
     out: PathBuf,
 }
 
+/// `socialgraph dev` settings.
+#[derive(Debug, Args)]
+struct DevArgs {
+    /// The SQLite file (created when missing; holds all state across restarts).
+    #[arg(long, default_value = "socialgraph-dev.sqlite")]
+    data: PathBuf,
+    /// RelationService listen address.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    relation_addr: std::net::SocketAddr,
+    /// ProjectionService listen address.
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    projection_addr: std::net::SocketAddr,
+    /// CounterService listen address.
+    #[arg(long, default_value = "127.0.0.1:50053")]
+    counter_addr: std::net::SocketAddr,
+    /// Admin HTTP listen address (/metrics, /ready, /live).
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    admin_addr: std::net::SocketAddr,
+    /// HMAC key of page tokens (default: the fixed development key).
+    #[arg(long, env = "SG_AUTH__PAGE_TOKEN_SECRET", hide_env_values = true)]
+    page_token_secret: Option<String>,
+}
+
+/// Default bearer token of the embedded mode's admin RPCs when `--admin-token` is not given.
+const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
+
+/// Runs the embedded mesh until SIGTERM or Ctrl-C.
+async fn dev(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
+    let telemetry = socialgraph_telemetry::init("socialgraph-dev")?;
+    let config = socialgraph_embedded::DevConfig {
+        data: a.data,
+        relation_addr: a.relation_addr,
+        projection_addr: a.projection_addr,
+        counter_addr: a.counter_addr,
+        admin_addr: a.admin_addr,
+        admin_token: admin_token.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()).into(),
+        page_token_secret: a.page_token_secret.map(Into::into),
+        ..socialgraph_embedded::DevConfig::default()
+    };
+    let listeners = socialgraph_embedded::Listeners::bind(&config).await?;
+    tracing::info!(
+        data = %config.data.display(),
+        relation = %config.relation_addr,
+        projection = %config.projection_addr,
+        counter = %config.counter_addr,
+        admin = %config.admin_addr,
+        "socialgraph dev serving"
+    );
+    let shutdown = socialgraph_server::shutdown_on_signal();
+    let result = socialgraph_embedded::run(config, listeners, shutdown).await;
+    telemetry.shutdown();
+    result
+}
+
 async fn run(cli: Cli) -> CliResult<ExitCode> {
     let m = cli.mesh;
+    let dev_admin_token = m.admin_token.clone();
     let endpoints = Endpoints {
         relation: m.relation,
         projection: m.projection,
@@ -272,6 +331,12 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
     };
     let json = cli.json;
     match cli.command {
+        Command::Dev(a) => {
+            if let Err(e) = dev(a, dev_admin_token).await {
+                eprintln!("error: socialgraph dev: {e:#}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Command::Load(LoadCommand::Follows(a)) => {
             let opts = LoadOptions {
                 message_edges: a.message_edges,
