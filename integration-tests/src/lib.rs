@@ -411,3 +411,64 @@ pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConn
         .set_response_timeout(Some(Duration::from_secs(30)));
     Ok(redis::Client::open(url)?.get_multiplexed_async_connection_with_config(&config).await?)
 }
+
+/// `socialgraph dev` (the embedded mode) in the test process, on free ports.
+pub struct DevSvc {
+    /// RelationService URL (`http://127.0.0.1:port`).
+    pub relation: String,
+    /// ProjectionService URL.
+    pub projection: String,
+    /// CounterService URL.
+    pub counter: String,
+    /// Fires graceful shutdown.
+    pub shutdown: CancellationToken,
+    /// The embedded mesh; ends after shutdown.
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The embedded mode's default admin token, which [`spawn_dev`] keeps.
+pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
+
+/// Starts `socialgraph dev` on the SQLite file `data` (created when missing).
+///
+/// # Errors
+/// No free port.
+pub async fn spawn_dev(data: &std::path::Path) -> anyhow::Result<DevSvc> {
+    socialgraph_telemetry::init_for_tests();
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let config = socialgraph_embedded::DevConfig {
+        data: data.to_owned(),
+        relation_addr: any,
+        projection_addr: any,
+        counter_addr: any,
+        admin_addr: any,
+        ..socialgraph_embedded::DevConfig::default()
+    };
+    let listeners = socialgraph_embedded::Listeners::bind(&config).await?;
+    let url = |l: &tokio::net::TcpListener| l.local_addr().map(|a| format!("http://{a}"));
+    let (relation, projection, counter) = (url(&listeners.relation)?, url(&listeners.projection)?, url(&listeners.counter)?);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(socialgraph_embedded::run(config, listeners, shutdown.clone()));
+    Ok(DevSvc { relation, projection, counter, shutdown, task })
+}
+
+impl DevSvc {
+    /// The CLI's view of this mesh, with the admin token.
+    pub fn endpoints(&self) -> socialgraph_cli::Endpoints {
+        socialgraph_cli::Endpoints {
+            relation: self.relation.clone(),
+            projection: self.projection.clone(),
+            counter: self.counter.clone(),
+            admin_token: Some(DEV_ADMIN_TOKEN.into()),
+        }
+    }
+
+    /// Shuts down and waits for the end.
+    ///
+    /// # Errors
+    /// The mesh ended with an error.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await?
+    }
+}

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::verify::{VerifyOptions, verify, wait_caught_up};
-use socialgraph_cli::{EdgeFileOptions, EdgeFormat, Endpoints, read_follow_file};
-use socialgraph_embedded::{DevConfig, Listeners};
+use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
+use socialgraph_integration_tests::spawn_dev;
 
 const EDGES: u64 = 103_689;
 const USERS: u64 = 7_115;
@@ -24,31 +24,13 @@ fn wiki_vote() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wiki_vote_loaded_into_socialgraph_dev_matches_the_file() -> anyhow::Result<()> {
-    socialgraph_telemetry::init_for_tests();
     let graph = read_follow_file(&wiki_vote(), EdgeFileOptions { format: EdgeFormat::Auto, id_offset: 0 })?;
     assert_eq!((graph.stats.edge_lines, graph.stats.self_loops, graph.users.len() as u64), (EDGES, 0, USERS));
 
     let dir = std::env::temp_dir().join(socialgraph_testkit::unique("sg-wiki"));
     std::fs::create_dir_all(&dir)?;
-    let any: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
-    let config = DevConfig {
-        data: dir.join("dev.sqlite"),
-        relation_addr: any,
-        projection_addr: any,
-        counter_addr: any,
-        admin_addr: any,
-        ..DevConfig::default()
-    };
-    let listeners = Listeners::bind(&config).await?;
-    let url = |l: &tokio::net::TcpListener| l.local_addr().map(|a| format!("http://{a}"));
-    let endpoints = Endpoints {
-        relation: url(&listeners.relation)?,
-        projection: url(&listeners.projection)?,
-        counter: url(&listeners.counter)?,
-        admin_token: Some("dev-admin-token".into()),
-    };
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let dev = tokio::spawn(socialgraph_embedded::run(config, listeners, shutdown.clone()));
+    let dev = spawn_dev(&dir.join("dev.sqlite")).await?;
+    let endpoints = dev.endpoints();
 
     let summary = load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     eprintln!("load into socialgraph dev: {} edges in {:.1} s = {:.0} edges/s", summary.edges_loaded, summary.elapsed_secs, summary.edges_per_sec);
@@ -80,8 +62,7 @@ async fn wiki_vote_loaded_into_socialgraph_dev_matches_the_file() -> anyhow::Res
     let report = verify(&endpoints, &graph, &opts).await?;
     assert_eq!(report.total_mismatches(), 0, "after a second load: {:#?}", report.mismatches);
 
-    shutdown.cancel();
-    dev.await??;
+    dev.stop().await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -6,63 +6,38 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use socialgraph_domain::Edge;
-use socialgraph_embedded::{DevConfig, Listeners};
-use socialgraph_integration_tests::random_workload;
+use socialgraph_integration_tests::{DevSvc, random_workload, spawn_dev};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::*;
 use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_storage::edges::{EdgeTable, ScanFilter, scan};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 const SETTLE: Duration = Duration::from_secs(120);
 
-struct Dev {
-    relation: String,
-    projection: String,
-    counter: String,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
-}
+struct Dev(DevSvc);
 
 async fn start(data: &Path) -> anyhow::Result<Dev> {
-    socialgraph_telemetry::init_for_tests();
-    let any: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
-    let config = DevConfig {
-        data: data.to_owned(),
-        relation_addr: any,
-        projection_addr: any,
-        counter_addr: any,
-        admin_addr: any,
-        ..DevConfig::default()
-    };
-    let listeners = Listeners::bind(&config).await?;
-    let url = |l: &tokio::net::TcpListener| l.local_addr().map(|a| format!("http://{a}"));
-    let (relation, projection, counter) = (url(&listeners.relation)?, url(&listeners.projection)?, url(&listeners.counter)?);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(socialgraph_embedded::run(config, listeners, shutdown.clone()));
-    Ok(Dev { relation, projection, counter, shutdown, task })
+    Ok(Dev(spawn_dev(data).await?))
 }
 
 impl Dev {
     async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.task.await?
+        self.0.stop().await
     }
 
     fn relation_addr(&self) -> std::net::SocketAddr {
-        self.relation.trim_start_matches("http://").parse().expect("address")
+        self.0.relation.trim_start_matches("http://").parse().expect("address")
     }
 
     async fn counter(&self) -> anyhow::Result<CounterServiceClient<tonic::transport::Channel>> {
-        Ok(CounterServiceClient::connect(self.counter.clone()).await?)
+        Ok(CounterServiceClient::connect(self.0.counter.clone()).await?)
     }
 
     /// Waits until the projection has applied the whole log and the counters equal `exact`.
     async fn settle(&self, exact: &HashMap<i64, (u64, u64)>, users: i64) -> anyhow::Result<()> {
-        let mut pc = ProjectionServiceClient::connect(self.projection.clone()).await?;
+        let mut pc = ProjectionServiceClient::connect(self.0.projection.clone()).await?;
         let mut cc = self.counter().await?;
         socialgraph_testkit::eventually(SETTLE, "the embedded projection and counters to catch up", || {
             let (mut pc, mut cc) = (pc.clone(), cc.clone());

@@ -44,6 +44,35 @@ pub struct Entities {
     pub publish_failures: IntCounter,
 }
 
+/// The ActionEvent of one toggle that changed a fact, and its record headers (W3C trace
+/// context of the current span, `event-type`, `schema`). `event_id` is `etype:eid:sequence`.
+pub fn action_event(
+    entity: &pb::EntityRef,
+    actor_id: i64,
+    owner_id: i64,
+    metric: Metric,
+    delta: i32,
+    sequence: i64,
+    now_ms: i64,
+) -> (ActionEvent, BTreeMap<String, String>) {
+    let event = ActionEvent {
+        event_id: format!("{}:{}:{sequence}", entity.entity_type, entity.entity_id),
+        metric: metric as i32,
+        entity_type: entity.entity_type.clone(),
+        entity_id: entity.entity_id,
+        actor_id,
+        owner_id,
+        delta,
+        sequence,
+        occurred_at: Some(socialgraph_domain::timestamp_from_ms(now_ms)),
+    };
+    let mut headers = BTreeMap::new();
+    socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
+    headers.insert(socialgraph_events::headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
+    headers.insert(socialgraph_events::headers::SCHEMA.to_owned(), "v1".to_owned());
+    (event, headers)
+}
+
 /// Validates an entity reference, naming fields under `path` (e.g. `entity`, `entities[3]`).
 pub fn validate_entity(path: &str, e: Option<&pb::EntityRef>) -> Vec<Violation> {
     let Some(e) = e else {
@@ -189,21 +218,7 @@ impl Entities {
 
     async fn publish(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, delta: i32, sequence: i64) {
         let now = now_ms();
-        let event = ActionEvent {
-            event_id: format!("{}:{}:{sequence}", entity.entity_type, entity.entity_id),
-            metric: metric as i32,
-            entity_type: entity.entity_type.clone(),
-            entity_id: entity.entity_id,
-            actor_id,
-            owner_id,
-            delta,
-            sequence,
-            occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
-        };
-        let mut headers = BTreeMap::new();
-        socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
-        headers.insert("event-type".to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
-        headers.insert("schema".to_owned(), "v1".to_owned());
+        let (event, headers) = action_event(entity, actor_id, owner_id, metric, delta, sequence, now);
         let record = KeyedRecord {
             topic: self.topic.clone(),
             key: format!("{}:{}", entity.entity_type, entity.entity_id).into_bytes(),

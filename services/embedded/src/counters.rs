@@ -22,7 +22,7 @@ use rskafka::record::RecordAndOffset;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use socialgraph_cache::counters::{FIELDS, Sds, field};
 use socialgraph_counter::backend::CounterBackend;
-use socialgraph_counter::entities::{FAV, LIKE, entity_counts};
+use socialgraph_counter::entities::{FAV, LIKE, action_event, entity_counts};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
@@ -223,20 +223,7 @@ impl CounterBackend for SqlCounters {
                 txn.execute_raw(stmt(&format!("UPDATE entity_counter SET {column} = MAX(0, {column} + ?), seq = seq + 1 WHERE entity_type = ? AND entity_id = ?"), v)).await?;
                 let seq = count(txn, "SELECT seq FROM entity_counter WHERE entity_type = ? AND entity_id = ?", key()).await?;
                 let now = crate::now_ms();
-                let event = ActionEvent {
-                    event_id: format!("{}:{}:{seq}", entity.entity_type, entity.entity_id),
-                    metric: metric as i32,
-                    entity_type: entity.entity_type.clone(),
-                    entity_id: entity.entity_id,
-                    actor_id,
-                    owner_id: owner,
-                    delta: delta as i32,
-                    sequence: seq,
-                    occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
-                };
-                let mut headers = std::collections::BTreeMap::new();
-                headers.insert(socialgraph_events::headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
-                headers.insert(socialgraph_events::headers::SCHEMA.to_owned(), "v1".to_owned());
+                let (event, headers) = action_event(&entity, actor_id, owner, metric, delta as i32, seq, now);
                 let row = NewOutboxRow {
                     topic,
                     partition_key: entity.entity_id,
