@@ -240,7 +240,7 @@ pub async fn load_follows(
         print_json(&summary);
         return Ok(());
     }
-    println!(
+    out!(
         "{}",
         output::key_values(&[
             ("lines read", summary.lines_read.to_string()),
@@ -283,7 +283,7 @@ pub async fn load_likes(
         print_json(&s);
         return Ok(());
     }
-    println!(
+    out!(
         "{}",
         output::key_values(&[
             ("ratings read", s.ratings_read.to_string()),
@@ -319,15 +319,15 @@ pub async fn verify(
         return Ok(total == 0);
     }
     for line in &r.mismatches {
-        println!("MISMATCH {line}");
+        out!("MISMATCH {line}");
     }
     if total > r.mismatches.len() as u64 {
-        println!(
+        out!(
             "… and {} more mismatches",
             total - r.mismatches.len() as u64
         );
     }
-    println!(
+    out!(
         "{}",
         output::key_values(&[
             ("users: counters compared", r.users_checked.to_string()),
@@ -380,9 +380,10 @@ pub fn generate_file(out: &Path, opts: GenOptions, json: bool) -> CliResult<()> 
             &json!({ "path": path, "users": opts.users, "edges": edges, "seed": opts.seed }),
         );
     } else {
-        println!(
+        out!(
             "wrote {edges} edges among {} users (seed {}) to {path}",
-            opts.users, opts.seed
+            opts.users,
+            opts.seed
         );
     }
     Ok(())

@@ -9,6 +9,15 @@
 // Tests may unwrap: a panic is how they fail.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+/// `println!` that ignores a closed standard output (`socialgraph … | head`), where
+/// `println!` would panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod commands;
 pub mod edges;
 pub mod endpoints;

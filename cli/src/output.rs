@@ -42,7 +42,7 @@ pub fn table<T: TableRow>(rows: &[T]) -> String {
 /// Prints `value` as pretty JSON.
 pub fn print_json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => out!("{s}"),
         // Serializing plain structs of numbers and strings cannot fail.
         Err(e) => eprintln!("error: cannot encode the result as JSON: {e}"),
     }
@@ -60,9 +60,9 @@ pub fn print_rows<T: TableRow, J: Serialize>(
         print_json(json_value);
         return;
     }
-    println!("{}", table(rows));
+    out!("{}", table(rows));
     for line in footer.iter().filter(|l| !l.is_empty()) {
-        println!("{line}");
+        out!("{line}");
     }
 }
 
