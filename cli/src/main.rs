@@ -301,7 +301,9 @@ async fn dev(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
         projection_addr: a.projection_addr,
         counter_addr: a.counter_addr,
         admin_addr: a.admin_addr,
-        admin_token: admin_token.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()).into(),
+        admin_token: admin_token
+            .unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned())
+            .into(),
         page_token_secret: a.page_token_secret.map(Into::into),
         ..socialgraph_embedded::DevConfig::default()
     };

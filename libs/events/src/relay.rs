@@ -154,6 +154,9 @@ async fn lead<S: EventSink>(
 ) {
     let mut delays = backoff(config);
     let mut last_check = Instant::now();
+    // Counting the backlog scans the outbox index (tens of ms at a million rows): at most
+    // once per BACKLOG_EVERY while draining, not after every batch.
+    let mut last_count: Option<Instant> = None;
     while !cancel.is_cancelled() {
         if last_check.elapsed() > config.leader_retry {
             if let Err(e) = lock.check().await {
@@ -162,7 +165,11 @@ async fn lead<S: EventSink>(
             }
             last_check = Instant::now();
         }
-        match round(db, sink, config, metrics).await {
+        let count_backlog = last_count.is_none_or(|t| t.elapsed() >= BACKLOG_EVERY);
+        if count_backlog {
+            last_count = Some(Instant::now());
+        }
+        match round(db, sink, config, metrics, count_backlog).await {
             Ok(0) => {
                 delays = backoff(config);
                 tokio::select! {
@@ -182,12 +189,17 @@ async fn lead<S: EventSink>(
     }
 }
 
+/// How often a draining leader counts the outbox for `sg_outbox_backlog_rows`.
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+
 /// One round: read a batch, publish it, delete what was acknowledged. Returns the rows read.
+/// A full batch updates the backlog gauge with a count of the outbox when `count_backlog`.
 async fn round<S: EventSink>(
     db: &DatabaseConnection,
     sink: &S,
     config: &RelayConfig,
     metrics: &RelayMetrics,
+    count_backlog: bool,
 ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
     let rows = outbox::fetch(db, config.batch_size).await?;
     let now_ms = std::time::SystemTime::now()
@@ -204,8 +216,10 @@ async fn round<S: EventSink>(
     outbox::delete(db, &outcome.acked).await?;
     metrics.published.inc_by(outcome.acked.len() as u64);
     if rows.len() == config.batch_size {
-        let (count, _) = outbox::backlog(db).await?;
-        metrics.backlog.set(count);
+        if count_backlog {
+            let (count, _) = outbox::backlog(db).await?;
+            metrics.backlog.set(count);
+        }
     } else {
         metrics.backlog.set((rows.len() - outcome.acked.len()) as i64);
     }
