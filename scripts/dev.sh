@@ -10,29 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=target/debug/socialgraph
+BIN=${CARGO_TARGET_DIR:-target}/debug/socialgraph
 DIR=${SG_DEV_DIR:-.socialgraph}
 DATA=${DATA:-}
 ID_OFFSET=${ID_OFFSET:-0}
 export SG_ADMIN_TOKEN=${SG_ADMIN_TOKEN:-dev-admin-token}
 mkdir -p "$DIR"
-
-if [[ -f $DIR/dev.pid ]] && kill -0 "$(cat "$DIR/dev.pid")" 2>/dev/null; then
-    echo "socialgraph dev is already running (pid $(cat "$DIR/dev.pid")); using it"
-else
-    echo "starting socialgraph dev on $DIR/dev.sqlite (log: $DIR/dev.log)"
-    nohup "$BIN" dev --data "$DIR/dev.sqlite" --admin-token "$SG_ADMIN_TOKEN" >"$DIR/dev.log" 2>&1 &
-    echo $! >"$DIR/dev.pid"
-fi
-for _ in $(seq 1 100); do
-    if "$BIN" status >/dev/null 2>&1; then break; fi
-    if ! kill -0 "$(cat "$DIR/dev.pid")" 2>/dev/null; then
-        echo "socialgraph dev exited; its log:" >&2
-        tail -20 "$DIR/dev.log" >&2
-        exit 1
-    fi
-    sleep 0.2
-done
 
 if [[ -z $DATA ]]; then
     if [[ -f ../shared/data/Wiki-Vote.txt ]]; then
@@ -43,9 +26,41 @@ if [[ -z $DATA ]]; then
         "$BIN" gen --users 7000 --edges 100000 --seed 1 "$DATA"
     fi
 fi
+# One data set per state directory: verify compares the whole mesh with one file.
+WANT="$(realpath "$DATA") id-offset $ID_OFFSET"
+if [[ -f $DIR/dev.sqlite && -f $DIR/data-set && "$(cat "$DIR/data-set")" != "$WANT" ]]; then
+    echo "$DIR already holds $(cat "$DIR/data-set"); to load $WANT run" >&2
+    echo "  make stop && rm -rf $DIR    (or pick another state directory: SG_DEV_DIR=dir make run ...)" >&2
+    exit 1
+fi
+echo "$WANT" >"$DIR/data-set"
+
+ours() { [[ -f $DIR/dev.pid ]] && kill -0 "$(cat "$DIR/dev.pid")" 2>/dev/null; }
+if ours; then
+    echo "socialgraph dev is already running (pid $(cat "$DIR/dev.pid")); using it"
+else
+    rm -f "$DIR/dev.pid"
+    if "$BIN" status >/dev/null 2>&1; then
+        echo "another server already answers on 127.0.0.1:50051-50053 (another checkout's socialgraph dev, or make run-mesh?): stop it first" >&2
+        exit 1
+    fi
+    echo "starting socialgraph dev on $DIR/dev.sqlite (log: $DIR/dev.log)"
+    NO_COLOR=1 nohup "$BIN" dev --data "$DIR/dev.sqlite" --admin-token "$SG_ADMIN_TOKEN" >"$DIR/dev.log" 2>&1 &
+    echo $! >"$DIR/dev.pid"
+fi
+for _ in $(seq 1 150); do
+    if ! ours; then
+        echo "socialgraph dev exited; its log:" >&2
+        tail -20 "$DIR/dev.log" >&2
+        rm -f "$DIR/dev.pid"
+        exit 1
+    fi
+    if "$BIN" status >/dev/null 2>&1; then break; fi
+    sleep 0.2
+done
 
 echo
-echo "== load follows $DATA"
+echo "== load follows $DATA (id offset $ID_OFFSET)"
 "$BIN" load follows --id-offset "$ID_OFFSET" "$DATA"
 echo
 echo "== verify $DATA"

@@ -9,7 +9,7 @@ use socialgraph_domain::Edge;
 use socialgraph_integration_tests::{DevSvc, random_workload, spawn_dev};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::*;
-use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
+use socialgraph_proto::projection::v1::{GetProjectionStatusRequest, RebuildRequest, rebuild_request};
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_storage::edges::{EdgeTable, ScanFilter, scan};
 use tonic::Code;
@@ -119,6 +119,23 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let (following, follower) = tables(&data).await?;
     assert_projected(&following, &follower);
 
+    // Follows keep succeeding while the projection is rebuilt from the source twice over.
+    let mut pc = ProjectionServiceClient::connect(dev.0.projection.clone()).await?;
+    let rebuilds = tokio::spawn(async move {
+        for _ in 0..2 {
+            let mut r = tonic::Request::new(RebuildRequest { target: Some(rebuild_request::Target::All(true)) });
+            r.metadata_mut().insert("authorization", "Bearer dev-admin-token".parse()?);
+            pc.rebuild(r).await?;
+        }
+        anyhow::Ok(())
+    });
+    random_workload(dev.relation_addr(), 1_600, USERS, 7).await?;
+    rebuilds.await??;
+    let (following, _) = tables(&data).await?;
+    dev.settle(&exact_counts(&following), USERS).await?;
+    let (following, follower) = tables(&data).await?;
+    assert_projected(&following, &follower);
+
     // Likes and favourites: the fact, the entity counts and the owner's received counts.
     let mut c = dev.counter().await?;
     let like = |actor: i64| LikeRequest { actor_id: actor, entity: movie(7), owner_id: 50 };
@@ -155,6 +172,9 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let e = c.get_user_counters(GetUserCountersRequest { user_id: 0 }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1; 1001] }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // A metric asked for twice would multiply the answer: refused.
+    let e = c.get_entity_counts(GetEntityCountsRequest { entity: movie(7), metrics: vec![1, 2, 1] }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     let before = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect() }).await?.into_inner().counters;
     dev.stop().await?;

@@ -318,6 +318,27 @@ async fn bad_input_gets_invalid_argument_with_field_violations() -> anyhow::Resu
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["edges[0].followee_id".to_owned()]));
     let e = c.import_follows(futures::stream::iter([bad_import])).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
+    // Follow times outside google.protobuf.Timestamp's range are refused, not stored.
+    let at = |seconds, nanos| Some(prost_types::Timestamp { seconds, nanos });
+    let bad_times = ImportFollowsRequest {
+        edges: vec![
+            ImportEdge { follower_id: 5, followee_id: 6, followed_at: at(i64::MAX, 0) },
+            ImportEdge { follower_id: 5, followee_id: 7, followed_at: at(-62_135_596_801, 0) },
+            ImportEdge { follower_id: 5, followee_id: 8, followed_at: at(0, 2_000_000_000) },
+            ImportEdge { follower_id: 5, followee_id: 9, followed_at: at(1_600_000_000, 5) },
+        ],
+    };
+    let e = c.import_follows(admin(futures::stream::iter([bad_times]))).await.unwrap_err();
+    let expected = ["edges[0].followed_at", "edges[1].followed_at", "edges[2].followed_at"];
+    assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, expected.map(str::to_owned).to_vec()));
+    // The bearer scheme is case-insensitive (RFC 7235), the token is not.
+    let mut lower = tonic::Request::new(ScanEdgesRequest { page_size: 1, ..Default::default() });
+    lower.metadata_mut().insert("authorization", format!("bearer {}", socialgraph_integration_tests::ADMIN_TOKEN).parse()?);
+    let mut stream = c.scan_edges(lower).await?.into_inner();
+    while stream.message().await?.is_some() {}
+    let mut wrong = tonic::Request::new(ScanEdgesRequest::default());
+    wrong.metadata_mut().insert("authorization", format!("Bearer {}", socialgraph_integration_tests::ADMIN_TOKEN.to_uppercase()).parse()?);
+    assert_eq!(c.scan_edges(wrong).await.unwrap_err().code(), Code::Unauthenticated);
     let e = c.scan_edges(admin(ScanEdgesRequest { page_size: 10_001, ..Default::default() })).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["page_size".to_owned()]));
     let e = c.scan_edges(ScanEdgesRequest::default()).await.unwrap_err();

@@ -129,6 +129,11 @@ pub fn validate_counts(entities: &[pb::EntityRef], metrics: &[i32], field: &str)
     for (i, m) in wanted.iter().enumerate() {
         if *m == Metric::Unspecified {
             bad.push(Violation::new(format!("metrics[{i}]"), "unknown metric: use METRIC_LIKE or METRIC_FAV"));
+        } else if wanted[..i].contains(m) {
+            bad.push(Violation::new(format!("metrics[{i}]"), "repeats an earlier metric"));
+        }
+        if bad.len() > 10 {
+            break;
         }
     }
     if bad.is_empty() { Ok(wanted) } else { Err(bad.into()) }

@@ -54,7 +54,9 @@ pub struct DevConfig {
     pub admin_token: SecretString,
     /// HMAC key of page tokens; `None`: the fixed development key.
     pub page_token_secret: Option<SecretString>,
-    /// SQLite connections.
+    /// SQLite connections (default 16). Writers queue on SQLite's one write lock while holding
+    /// a connection, so the pool must leave room for readers (a projection repair reads the
+    /// source through RelationService while it holds the lock).
     pub max_connections: u32,
 }
 
@@ -68,7 +70,7 @@ impl Default for DevConfig {
             admin_addr: ([127, 0, 0, 1], 9100).into(),
             admin_token: SecretString::from("dev-admin-token"),
             page_token_secret: None,
-            max_connections: 4,
+            max_connections: 16,
         }
     }
 }
@@ -112,6 +114,9 @@ pub(crate) fn now_ms() -> i64 {
 pub async fn run(config: DevConfig, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     let url = format!("sqlite://{}?mode=rwc", config.data.display());
     let db = socialgraph_storage::connect(&url, config.max_connections).await.with_context(|| format!("opening {}", config.data.display()))?;
+    // Write-ahead logging: readers (a long ScanEdges, list pages) never block the writer.
+    // The mode is stored in the file, so this holds for every later connection.
+    sea_orm::ConnectionTrait::execute_unprepared(&db, "PRAGMA journal_mode=WAL").await.context("enabling WAL")?;
     socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     counters::ensure_schema(&db).await.context("creating the counter tables")?;
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use secrecy::SecretString;
-use socialgraph_domain::{Edge, EdgeState, ListKind, timestamp_from_ms, timestamp_to_ms, validate_user_id};
+use socialgraph_domain::{Edge, EdgeState, ListKind, timestamp_from_ms, timestamp_to_ms, validate_timestamp, validate_user_id};
 use socialgraph_proto::relation::v1 as pb;
 use socialgraph_proto::relation::v1::relation_service_server::RelationService;
 use socialgraph_server::{ApiError, ApiResult};
@@ -87,6 +87,9 @@ fn import_edges(msg: &pb::ImportFollowsRequest, index: usize) -> ApiResult<Vec<I
         .map(|(i, e)| {
             bad.extend(validate_user_id(&format!("edges[{i}].follower_id"), e.follower_id).err());
             bad.extend(validate_user_id(&format!("edges[{i}].followee_id"), e.followee_id).err());
+            if let Some(ts) = &e.followed_at {
+                bad.extend(validate_timestamp(&format!("edges[{i}].followed_at"), ts).err());
+            }
             (e.follower_id, e.followee_id, e.followed_at.as_ref().map_or(now, timestamp_to_ms))
         })
         .collect();

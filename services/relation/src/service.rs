@@ -28,7 +28,14 @@ macro_rules! in_tx {
     ($svc:expr, $txn:ident => $body:expr) => {{
         let mut retry = Retry::new();
         loop {
-            let $txn = $svc.begin().await.map_err(db_error)?;
+            // A busy database can refuse BEGIN itself (SQLite's IMMEDIATE): retry like a race.
+            let $txn = match $svc.begin().await {
+                Ok(t) => t,
+                Err(e) => {
+                    retry.after(TxError::Db(e)).await?;
+                    continue;
+                }
+            };
             let result: Result<_, TxError> = $body;
             let result = match result {
                 Ok(v) => $txn.commit().await.map(|()| v).map_err(TxError::Db),
