@@ -21,8 +21,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{CliError, CliResult};
-use crate::input::{for_each_line, open, seconds_to_ms};
+use crate::error::CliResult;
+use crate::input::{for_each_line, line_error, open, seconds_to_ms};
 
 /// Base of line-order follow times: 2020-01-01T00:00:00Z in ms since the Unix epoch.
 pub const LINE_ORDER_BASE_MS: i64 = 1_577_836_800_000;
@@ -136,15 +136,8 @@ pub fn parse_follows(
     let mut seen: HashSet<(i64, i64)> = HashSet::new();
     let mut users: HashSet<i64> = HashSet::new();
     let mut first_data_line = true;
-    let lines = for_each_line(reader, name, |index, raw| {
-        let bad = |message: String| CliError::Input {
-            source_name: name.to_owned(),
-            line: index + 1,
-            message,
-        };
-        let line = std::str::from_utf8(raw)
-            .map_err(|_| bad("not UTF-8 text".into()))?
-            .trim();
+    let lines = for_each_line(reader, name, |index, line| {
+        let bad = |message: String| line_error(name, index, message);
         if line.is_empty() || line.starts_with('#') {
             graph.stats.skipped_lines += 1;
             return Ok(());

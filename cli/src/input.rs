@@ -46,16 +46,26 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
-/// Calls `f(index, line)` for every line of `reader`: `index` is 0-based, `line` has its
-/// `\n` / `\r\n` removed. A last line without a newline is still a line; an empty input has
-/// none. Stops at the first error of `f`.
+/// The [`CliError::Input`] of the line at 0-based `index` of input `name`.
+pub fn line_error(name: &str, index: u64, message: String) -> CliError {
+    CliError::Input {
+        source_name: name.to_owned(),
+        line: index + 1,
+        message,
+    }
+}
+
+/// Calls `f(index, line)` for every line of `reader`: `index` is 0-based, `line` is the text
+/// with its `\n` / `\r\n` and surrounding whitespace removed. A last line without a newline
+/// is still a line; an empty input has none. Stops at the first error of `f`.
 ///
 /// # Errors
-/// The first error of `f`, or [`CliError::Io`] (naming `name`) when reading fails.
+/// The first error of `f`; [`CliError::Input`] for a line that is not UTF-8; [`CliError::Io`]
+/// (naming `name`) when reading fails.
 pub fn for_each_line<R, F>(mut reader: R, name: &str, mut f: F) -> CliResult<u64>
 where
     R: BufRead,
-    F: FnMut(u64, &[u8]) -> CliResult<()>,
+    F: FnMut(u64, &str) -> CliResult<()>,
 {
     let mut buf = Vec::with_capacity(256);
     let mut index = 0u64;
@@ -77,7 +87,8 @@ where
         if let Some(rest) = line.strip_suffix(b"\r") {
             line = rest;
         }
-        f(index, line)?;
+        let text = std::str::from_utf8(line).map_err(|_| line_error(name, index, "not UTF-8 text".into()))?;
+        f(index, text.trim())?;
         index += 1;
     }
 }
@@ -117,7 +128,7 @@ mod tests {
     fn lines(text: &[u8]) -> Vec<(u64, String)> {
         let mut out = Vec::new();
         for_each_line(text, "t", |i, l| {
-            out.push((i, String::from_utf8_lossy(l).into_owned()));
+            out.push((i, l.to_owned()));
             Ok(())
         })
         .unwrap();

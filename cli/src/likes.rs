@@ -16,7 +16,7 @@ use tonic::transport::Channel;
 
 use crate::endpoints::{COUNTER, Endpoints};
 use crate::error::{CliError, CliResult};
-use crate::input::{for_each_line, open};
+use crate::input::{for_each_line, line_error, open};
 
 /// One rating row.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,15 +44,8 @@ pub fn read_ratings(path: &Path) -> CliResult<Vec<Rating>> {
 /// [`CliError::Input`] naming the first bad line.
 pub fn parse_ratings(reader: impl std::io::BufRead, name: &str) -> CliResult<Vec<Rating>> {
     let mut out = Vec::new();
-    for_each_line(reader, name, |index, raw| {
-        let bad = |message: String| CliError::Input {
-            source_name: name.to_owned(),
-            line: index + 1,
-            message,
-        };
-        let line = std::str::from_utf8(raw)
-            .map_err(|_| bad("not UTF-8 text".into()))?
-            .trim();
+    for_each_line(reader, name, |index, line| {
+        let bad = |message: String| line_error(name, index, message);
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         if line.is_empty() || (index == 0 && f[0].parse::<i64>().is_err()) {
             return Ok(());

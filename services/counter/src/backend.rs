@@ -16,8 +16,8 @@ use crate::service::Counters;
 /// sizes, entity types, metrics).
 #[tonic::async_trait]
 pub trait CounterBackend: Send + Sync + 'static {
-    /// The five counters of each user, in request order (`field` names the ids in errors).
-    async fn user_counters(&self, user_ids: &[i64], field: &str) -> ApiResult<Vec<Sds>>;
+    /// The five counters of each user, in request order.
+    async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>>;
     /// Recomputes one user's counters from the facts and returns them.
     async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds>;
     /// Sets (`wanted`) or clears `actor_id`'s `metric` on `entity`: (changed, active).
@@ -41,8 +41,8 @@ pub struct RedisCounters {
 
 #[tonic::async_trait]
 impl CounterBackend for RedisCounters {
-    async fn user_counters(&self, user_ids: &[i64], field: &str) -> ApiResult<Vec<Sds>> {
-        self.counters.get(user_ids, field).await
+    async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
+        self.counters.get(user_ids).await
     }
 
     async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds> {
@@ -50,12 +50,11 @@ impl CounterBackend for RedisCounters {
     }
 
     async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
-        self.entities.toggle(actor_id, Some(entity), owner_id, metric, wanted).await
+        self.entities.toggle(actor_id, entity, owner_id, metric, wanted).await
     }
 
     async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {
-        let metrics: Vec<i32> = wanted.iter().map(|m| *m as i32).collect();
-        self.entities.counts(entities, &metrics, "entities").await
+        self.entities.counts(entities, wanted).await
     }
 
     async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {

@@ -191,10 +191,11 @@ impl Entities {
     /// A change publishes one ActionEvent; if that fails the entity is queued for a rebuild,
     /// so its count still converges.
     ///
+    /// Inputs are validated by the caller ([`validate_toggle`]).
+    ///
     /// # Errors
-    /// INVALID_ARGUMENT with field violations; UNAVAILABLE when Redis is down.
-    pub async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
-        let entity = validate_toggle(actor_id, entity, owner_id)?;
+    /// UNAVAILABLE when Redis is down.
+    pub async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
         let k = self.keys(entity);
         let name = metric_name(metric);
         let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
@@ -242,15 +243,15 @@ impl Entities {
         }
     }
 
-    /// Like and fav counts of each entity, in request order, in one round trip; missing or
-    /// malformed counters are rebuilt from the facts inside the same script.
+    /// The `wanted` counts of each entity, in request order, in one round trip; missing or
+    /// malformed counters are rebuilt from the facts inside the same script. Inputs are
+    /// validated by the caller ([`validate_counts`]).
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad entity, unknown metric, 0 or > 1000 entities); UNAVAILABLE.
-    pub async fn counts(&self, entities: &[pb::EntityRef], metrics: &[i32], field: &str) -> ApiResult<Vec<pb::EntityCounts>> {
-        let wanted = validate_counts(entities, metrics, field)?;
+    /// UNAVAILABLE.
+    pub async fn counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {
         let values = self.read_or_rebuild(entities, false).await?;
-        Ok(entities.iter().zip(values).map(|(e, (likes, favs))| entity_counts(e, &wanted, likes, favs)).collect())
+        Ok(entities.iter().zip(values).map(|(e, (likes, favs))| entity_counts(e, wanted, likes, favs)).collect())
     }
 
     async fn read_or_rebuild(&self, entities: &[pb::EntityRef], force: bool) -> ApiResult<Vec<(u64, u64)>> {
@@ -269,9 +270,8 @@ impl Entities {
     /// Recomputes one entity's counts from its facts (admin).
     ///
     /// # Errors
-    /// INVALID_ARGUMENT for a bad entity; UNAVAILABLE.
+    /// UNAVAILABLE.
     pub async fn rebuild(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
-        validate_entity_ref("entity", entity)?;
         let (likes, favs) = self.read_or_rebuild(std::slice::from_ref(entity), true).await?.pop().unwrap_or_default();
         Ok(entity_counts(entity, &[LIKE, FAV], likes, favs))
     }
@@ -314,7 +314,6 @@ impl Entities {
     /// # Errors
     /// INVALID_ARGUMENT for bad ids, type, or batch size; UNAVAILABLE.
     pub async fn states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
-        validate_states(actor_id, entity_type, ids)?;
         let mut pipe = redis::pipe();
         for id in ids {
             let k = self.store.keys.entity(entity_type, *id);

@@ -54,7 +54,7 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
     async fn get_user_counters(&self, req: Request<pb::GetUserCountersRequest>) -> Result<Response<pb::GetUserCountersResponse>, Status> {
         let id = req.into_inner().user_id;
         validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
-        let s = self.backend.user_counters(&[id], "user_id").await?;
+        let s = self.backend.user_counters(&[id]).await?;
         Ok(Response::new(pb::GetUserCountersResponse { counters: s.first().map(|s| user_counters(id, *s)) }))
     }
 
@@ -64,7 +64,7 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
     ) -> Result<Response<pb::BatchGetUserCountersResponse>, Status> {
         let ids = req.into_inner().user_ids;
         validate_batch("user_ids", &ids).map_err(socialgraph_server::ApiError::from)?;
-        let s = self.backend.user_counters(&ids, "user_ids").await?;
+        let s = self.backend.user_counters(&ids).await?;
         let counters = ids.iter().zip(s).map(|(u, s)| user_counters(*u, s)).collect();
         Ok(Response::new(pb::BatchGetUserCountersResponse { counters }))
     }

@@ -19,7 +19,6 @@ use prometheus::IntCounter;
 use socialgraph_cache::CacheError;
 use socialgraph_cache::counters::{Sds, field};
 use socialgraph_cache::keys::partition_field;
-use socialgraph_domain::{validate_batch, validate_user_id};
 use socialgraph_proto::projection::v1::GetEdgeCountsRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_server::{ApiError, ApiResult};
@@ -180,10 +179,11 @@ impl Counters {
     /// Counters of each user, in request order, read in one round trip; missing or malformed
     /// ones are rebuilt first.
     ///
+    /// Ids are validated by the caller.
+    ///
     /// # Errors
-    /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
-    pub async fn get(self: &Arc<Self>, user_ids: &[i64], field_name: &str) -> ApiResult<Vec<Sds>> {
-        validate_batch(field_name, user_ids)?;
+    /// UNAVAILABLE.
+    pub async fn get(self: &Arc<Self>, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
         let read = self.store.read(user_ids).await.map_err(cache_error)?;
         let present: Vec<i64> = user_ids.iter().zip(&read).filter(|(_, v)| v.is_some()).map(|(u, _)| *u).collect();
         // Missing counters are rebuilt concurrently (each waits on projection-svc and Redis).
@@ -200,13 +200,5 @@ impl Counters {
         }
         self.maybe_check(present);
         Ok(out)
-    }
-
-    /// Validates a single user id (for the unary RPCs).
-    ///
-    /// # Errors
-    /// INVALID_ARGUMENT.
-    pub fn user(field_name: &str, id: i64) -> ApiResult<i64> {
-        Ok(validate_user_id(field_name, id)?)
     }
 }

@@ -169,7 +169,7 @@ impl SqlCounters {
 
 #[tonic::async_trait]
 impl CounterBackend for SqlCounters {
-    async fn user_counters(&self, user_ids: &[i64], _field: &str) -> ApiResult<Vec<Sds>> {
+    async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
         let mut found = self.read(user_ids).await.map_err(db_error)?;
         let mut out = Vec::with_capacity(user_ids.len());
         for u in user_ids {
@@ -244,20 +244,25 @@ impl CounterBackend for SqlCounters {
     }
 
     async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {
-        let mut out = Vec::with_capacity(entities.len());
-        for e in entities {
-            let row = self
-                .db
-                .query_one_raw(stmt("SELECT likes, favs FROM entity_counter WHERE entity_type = ? AND entity_id = ?", vec![e.entity_type.clone().into(), e.entity_id.into()]))
-                .await
-                .map_err(db_error)?;
-            let (likes, favs) = match row {
-                Some(r) => (r.try_get_by_index::<i64>(0).map_err(db_error)?, r.try_get_by_index::<i64>(1).map_err(db_error)?),
-                None => (0, 0),
-            };
-            out.push(entity_counts(e, wanted, likes.max(0) as u64, favs.max(0) as u64));
+        let mut found: HashMap<(String, i64), (i64, i64)> = HashMap::new();
+        for chunk in entities.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT entity_type, entity_id, likes, favs FROM entity_counter WHERE (entity_type, entity_id) IN (VALUES {})",
+                vec!["(?, ?)"; chunk.len()].join(", ")
+            );
+            let values = chunk.iter().flat_map(|e| [Value::from(e.entity_type.clone()), Value::from(e.entity_id)]).collect();
+            for r in self.db.query_all_raw(stmt(&sql, values)).await.map_err(db_error)? {
+                let key = (r.try_get_by_index(0).map_err(db_error)?, r.try_get_by_index(1).map_err(db_error)?);
+                found.insert(key, (r.try_get_by_index(2).map_err(db_error)?, r.try_get_by_index(3).map_err(db_error)?));
+            }
         }
-        Ok(out)
+        Ok(entities
+            .iter()
+            .map(|e| {
+                let (likes, favs) = found.get(&(e.entity_type.clone(), e.entity_id)).copied().unwrap_or_default();
+                entity_counts(e, wanted, likes.max(0) as u64, favs.max(0) as u64)
+            })
+            .collect())
     }
 
     async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {

@@ -97,43 +97,37 @@ pub async fn consume<H: BatchHandler>(
             }
         }
     };
+    let pause = || async {
+        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => {} }
+    };
     while !cancel.is_cancelled() {
         // Registered before reading, so a commit after the read still wakes the next wait.
         let notified = wake.notified();
-        let batch = read(&db, &topic_refs, next, BATCH_ROWS).await;
-        let high = high_watermark(&db, &topic_refs).await.unwrap_or(next);
-        let applied = match batch {
-            Ok(records) if records.is_empty() => Ok(None),
-            Ok(records) => {
-                let last = records.last().map_or(next, |r| r.offset);
-                let last_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
-                handler.apply(&name, PARTITION, &records, last + 1).await.map(|()| Some((last + 1, last_ms)))
-            }
-            Err(e) => Err(e.into()),
-        };
-        let idle = match applied {
-            Ok(Some((n, last_ms))) => {
-                next = n;
-                let mut map = progress.write().await;
-                let p = map.entry((name.clone(), PARTITION)).or_default();
-                *p = PartitionProgress { next_offset: next, high_watermark: high.max(next), last_event_ms: last_ms.or(p.last_event_ms), running: true };
-                false
-            }
-            Ok(None) => {
-                let mut map = progress.write().await;
-                let p = map.entry((name.clone(), PARTITION)).or_default();
-                p.next_offset = next;
-                p.high_watermark = high.max(next);
-                p.running = true;
-                true
-            }
+        let records = match read(&db, &topic_refs, next, BATCH_ROWS).await {
+            Ok(records) => records,
             Err(e) => {
-                tracing::warn!(consumer = %name, error = %e, "applying a batch of the log failed; retrying");
-                tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => return }
+                tracing::warn!(consumer = %name, error = %e, "reading the log failed; retrying");
+                pause().await;
                 continue;
             }
         };
-        if idle {
+        let last_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
+        if let Some(last) = records.last() {
+            if let Err(e) = handler.apply(&name, PARTITION, &records, last.offset + 1).await {
+                tracing::warn!(consumer = %name, error = %e, "applying a batch of the log failed; retrying");
+                pause().await;
+                continue;
+            }
+            next = last.offset + 1;
+        }
+        // A short read saw the end of the log: only a full batch leaves rows to count.
+        let high = if records.len() as u64 == BATCH_ROWS { high_watermark(&db, &topic_refs).await.unwrap_or(next) } else { next };
+        {
+            let mut map = progress.write().await;
+            let p = map.entry((name.clone(), PARTITION)).or_default();
+            *p = PartitionProgress { next_offset: next, high_watermark: high.max(next), last_event_ms: last_ms.or(p.last_event_ms), running: true };
+        }
+        if records.is_empty() {
             tokio::select! {
                 _ = notified => {},
                 _ = tokio::time::sleep(IDLE_POLL) => {},
