@@ -10,6 +10,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+mod mesh;
+pub mod model;
+pub use mesh::*;
+
 pub use socialgraph_counter::Config as CounterConfig;
 pub use socialgraph_projection::Config as ProjectionConfig;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
@@ -277,131 +281,6 @@ pub async fn both_tables(db: &TestDb) -> anyhow::Result<(Vec<socialgraph_domain:
 /// It did not start.
 pub async fn spawn_counter(config: CounterConfig) -> anyhow::Result<Svc> {
     spawn(|grpc, admin, shutdown| socialgraph_counter::run(config, grpc, admin, shutdown)).await
-}
-
-/// Topic names of one test mesh.
-#[derive(Debug, Clone)]
-pub struct Topics {
-    /// Relation events.
-    pub relation: String,
-    /// Content events.
-    pub content: String,
-    /// Action events.
-    pub counter: String,
-}
-
-impl Topics {
-    /// Fresh names.
-    pub fn fresh() -> Self {
-        let id = socialgraph_testkit::unique("");
-        Self { relation: format!("sg.relation.t{id}"), content: format!("sg.content.t{id}"), counter: format!("sg.counter.t{id}") }
-    }
-}
-
-/// A counter-svc configuration for tests: shared Redis under `key_prefix`, the given topics,
-/// projection-svc at `projection`.
-pub fn counter_config(redis_url: &str, key_prefix: &str, topics: &Topics, projection: SocketAddr) -> CounterConfig {
-    let mut c = CounterConfig::default();
-    c.redis.url = redis_url.to_owned();
-    c.redis.key_prefix = key_prefix.to_owned();
-    // Tests share 2 cores with databases and a broker: allow slow round trips.
-    c.redis.timeout_ms = 5_000;
-    c.kafka.brokers = socialgraph_testkit::kafka::brokers();
-    c.kafka.relation_topic = topics.relation.clone();
-    c.kafka.content_topic = topics.content.clone();
-    c.kafka.counter_topic = topics.counter.clone();
-    c.kafka.partitions = 4;
-    c.projection.url = format!("http://{projection}");
-    c.auth.admin_token = Some(ADMIN_TOKEN.into());
-    c
-}
-
-/// Waits until counter-svc's stored offsets (Redis hash `sg:coff:{counter}` under
-/// `key_prefix`) equal the high watermarks of every partition of `topics`.
-///
-/// # Errors
-/// Timed out.
-pub async fn counter_caught_up(redis_url: &str, key_prefix: &str, topics: &[&str], deadline: Duration) -> anyhow::Result<()> {
-    let kafka = socialgraph_testkit::kafka::connect(&socialgraph_testkit::kafka::brokers()).await?;
-    let redis = redis_url;
-    let key = socialgraph_cache::keys::Keys::new(key_prefix).consumer_offsets("counter");
-    socialgraph_testkit::eventually(deadline, "counter-svc to reach the high watermarks", || {
-        let (kafka, redis, key) = (&kafka, &redis, &key);
-        async move {
-            let mut conn = redis_conn(redis).await?;
-            let stored: std::collections::HashMap<String, i64> = redis::AsyncCommands::hgetall(&mut conn, key).await?;
-            for t in topics {
-                for (p, hw) in socialgraph_testkit::kafka::high_watermarks(kafka, t).await? {
-                    if hw > 0 && stored.get(&format!("{t}/{p}")) != Some(&hw) {
-                        return Ok(None);
-                    }
-                }
-            }
-            Ok(Some(()))
-        }
-    })
-    .await
-}
-
-/// relation-svc, projection-svc and counter-svc on one fresh database, topics and key prefix.
-pub struct Mesh {
-    /// The database.
-    pub db: TestDb,
-    /// Topics.
-    pub topics: Topics,
-    /// Redis URL of counter-svc.
-    pub redis_url: String,
-    /// Key prefix of counter-svc.
-    pub prefix: String,
-    /// relation-svc.
-    pub relation: Svc,
-    /// projection-svc.
-    pub projection: Svc,
-    /// counter-svc.
-    pub counter: Svc,
-}
-
-impl Mesh {
-    /// Starts the three services; counter-svc uses Redis at `redis_url`.
-    ///
-    /// # Errors
-    /// A dependency is missing.
-    pub async fn start(redis_url: &str) -> anyhow::Result<Self> {
-        let db = TestDb::create(Backend::Postgres).await?;
-        let topics = Topics::fresh();
-        let relation = spawn_relation(relation_config(&db.url, &topics.relation)).await?;
-        let projection = spawn_projection(projection_config(&db.url, &topics.relation, relation.addr)).await?;
-        let prefix = socialgraph_testkit::unique("c") + ":";
-        let counter = spawn_counter(counter_config(redis_url, &prefix, &topics, projection.addr)).await?;
-        Ok(Self { db, topics, redis_url: redis_url.to_owned(), prefix, relation, projection, counter })
-    }
-
-    /// The counter-svc configuration of this mesh (to restart it).
-    pub fn counter_config(&self) -> CounterConfig {
-        counter_config(&self.redis_url, &self.prefix, &self.topics, self.projection.addr)
-    }
-
-    /// Waits until the outbox is drained and projection-svc and counter-svc applied everything.
-    ///
-    /// # Errors
-    /// Timed out.
-    pub async fn settle(&self, deadline: Duration) -> anyhow::Result<()> {
-        outbox_drained(&self.db, deadline).await?;
-        projection_caught_up(&self.projection, &socialgraph_testkit::kafka::brokers(), &self.topics.relation, deadline).await?;
-        let topics = [self.topics.relation.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
-        counter_caught_up(&self.redis_url, &self.prefix, &topics, deadline).await
-    }
-
-    /// Stops everything and drops the database.
-    ///
-    /// # Errors
-    /// A service ended with an error.
-    pub async fn stop(self) -> anyhow::Result<()> {
-        self.counter.stop().await?;
-        self.projection.stop().await?;
-        self.relation.stop().await?;
-        self.db.drop_db().await
-    }
 }
 
 /// A Redis connection for test code, patient enough for a saturated 2-core machine (the client's

@@ -9,6 +9,7 @@ mod m20261130_000001_create_following;
 mod m20261130_000002_create_follower;
 mod m20261130_000003_create_outbox;
 mod m20261130_000004_create_consumer_offset;
+mod m20261130_000005_create_edge_count;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_create_follower::Migration),
             Box::new(m20261130_000003_create_outbox::Migration),
             Box::new(m20261130_000004_create_consumer_offset::Migration),
+            Box::new(m20261130_000005_create_edge_count::Migration),
         ]
     }
 }

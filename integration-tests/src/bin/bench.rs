@@ -1822,25 +1822,21 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
         "100000000".into(),
         "EVALSHA".into(),
         sha.clone(),
-        "3".into(),
+        "10".into(),
     ]);
-    eval_args.extend([
-        tag(ek.chunk("like", 0)),
-        tag(ek.chunk_set("like")),
-        tag(ek.seq()),
-    ]);
-    eval_args.extend(["bit".into(), "4242".into(), "1".into(), "0".into()]);
+    eval_args.extend(toggle_keys(&ek, 0).into_iter().map(tag));
+    eval_args.extend(["bit".into(), "4242".into(), "1".into(), "0".into(), "1".into(), "1|0|1|1|0|".into()]);
     let eval = redis_benchmark(&eval_args).await?;
     let eval_probe: redis::Value = redis::cmd("EVALSHA")
         .arg(&sha)
-        .arg(3)
-        .arg(ek.chunk("like", 0))
-        .arg(ek.chunk_set("like"))
-        .arg(ek.seq())
+        .arg(10)
+        .arg(toggle_keys(&ek, 0))
         .arg("bit")
         .arg("000000004242")
         .arg(1)
         .arg(0)
+        .arg(1)
+        .arg("1|0|1|1|0|")
         .query_async(&mut conn)
         .await
         .unwrap_or_else(|e| redis::Value::SimpleString(format!("error: {e}")));
@@ -1866,13 +1862,13 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
             async move {
                 let (bit, chunk) = ((actor as u64) % 32_768, (actor as u64) / 32_768);
                 let (changed, _seq): (i64, i64) = toggle
-                    .key(k.chunk("like", chunk))
-                    .key(k.chunk_set("like"))
-                    .key(k.seq())
+                    .key(toggle_keys(&k, chunk))
                     .arg("bit")
                     .arg(bit)
                     .arg(1)
                     .arg(chunk)
+                    .arg(1)
+                    .arg(format!("{actor}|0|1|1|0|"))
                     .invoke_async(&mut conn)
                     .await?;
                 anyhow::ensure!(changed == 1, "raw toggle changed nothing");
@@ -1932,7 +1928,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
         ],
         &[
             like.describe("Like RPC") + &format!(" (publish failures: {publish_failures})"),
-            "redis-benchmark EVALSHA <toggle sha> 3 <chunk> <chunk set> <seq> bit 4242 1 0 -r 100000000 -n 200000: random \
+            "redis-benchmark EVALSHA <toggle sha> 10 <entity keys> <chunk> bit 4242 1 0 1 <entry> -r 100000000 -n 200000: random \
              entity per call (each __rand_int__ independently), fixed bit"
                 .into(),
             format!(
@@ -2158,7 +2154,7 @@ async fn movielens(
         "sparse sets",
         "seq",
         "counter",
-        "counter guard",
+        "outbox",
     ];
     let mut by_kind: Vec<Vec<String>> = vec![Vec::new(); kinds.len()];
     for (i, &mv) in movies.iter().enumerate() {
@@ -2172,7 +2168,7 @@ async fn movielens(
         }
         by_kind[3].push(k.seq());
         by_kind[4].push(k.counter());
-        by_kind[5].push(k.guard());
+        by_kind[5].push(k.outbox());
     }
     let mut svc_total = 0u64;
     let mut breakdown = Vec::new();
@@ -2187,7 +2183,7 @@ async fn movielens(
         ));
     }
 
-    // The shared set of recently toggled entities (emptied by the repair loop once quiet).
+    // The shared set of recently toggled entities (emptied by the outbox relay once quiet).
     let pending_key = keys.pending_entities();
     let pending_members: u64 = redis::cmd("ZCARD")
         .arg(&pending_key)
@@ -2235,7 +2231,7 @@ async fn movielens(
             format!("counter-svc per movie: {}", breakdown.join(", ")),
             format!(
                 "not counted: the shared pending-entities sorted set, {pending_members} members and {pending_bytes} B when measured \
-                 (every toggle adds its entity; the repair loop removes at most 500 quiet entities a second)"
+                 (every toggle adds its entity; the outbox relay removes quiet entities with an empty outbox)"
             ),
             format!(
                 "raw = SADD {bp}ml:{{movie:id}}:like / :fav of the user ids (intset encoding); used_memory delta {:.0} B/movie",
@@ -2246,4 +2242,12 @@ async fn movielens(
         ],
     );
     Ok(())
+}
+
+/// The ten keys of the toggle script for a like of an actor in `chunk`: the entity's nine script
+/// keys, then the chunk.
+fn toggle_keys(k: &socialgraph_cache::keys::EntityKeys, chunk: u64) -> Vec<String> {
+    let mut keys = socialgraph_counter::entities::script_keys(k).to_vec();
+    keys.push(k.chunk("like", chunk));
+    keys
 }

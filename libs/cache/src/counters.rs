@@ -3,10 +3,15 @@
 //! Layout (DESIGN.md §5): five big-endian u32, in order followings, followers, posts,
 //! likes_received, favs_received. Decrements floor at 0, increments saturate at u32::MAX.
 //!
-//! Effectively-once: every change carries the log position it covers. A user's guard hash
-//! holds, per `topic/partition`, the last offset reflected in the counters; a delta applies
-//! only when the caller's expected guard matches (compare-and-set), and a rebuild writes only
-//! when no guard is beyond the position its value reflects.
+//! Effectively-once without per-offset bookkeeping: every script writes absolute values or
+//! per-item states, never blind deltas.
+//! - Followings and followers are copied from projection-svc's `edge_count` row together with
+//!   its version; the user's guard keeps the newest version copied ([`SYNC_EDGES`]).
+//! - Likes and favourites received are the sums of the owner's recv hash, which holds each
+//!   owned entity's counts with the entity's toggle sequence ([`OWNER_SYNC`]).
+//! - Posts follow the posts set; each entity keeps the time of its last content event
+//!   ([`APPLY_CONTENT`]).
+//! A duplicate at a new offset, a replayed range or a late copy therefore changes nothing.
 
 use redis::Script;
 
@@ -82,78 +87,176 @@ local function clamp(x)
 end
 ";
 
-/// KEYS: sds, guard. ARGV: field, expected guard ('' = none), new guard, d1..d5.
-/// Returns -1 when the guard moved (re-read and retry), 0 when the counters are missing or
-/// malformed (guard still advanced: the delta is then covered by the next rebuild), 1 applied.
-const APPLY_DELTA: &str = r"
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if (cur or '') ~= ARGV[2] then return -1 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-local s = redis.call('GET', KEYS[1])
-if (not s) or #s ~= 20 then return 0 end
-local v = unpack5(s)
-for i = 1, 5 do v[i] = clamp(v[i] + tonumber(ARGV[3 + i])) end
-redis.call('SET', KEYS[1], pack5(v))
-return 1
+/// Sums of an owner's likes and favourites received: the `recv` hash holds, per entity, the
+/// entity's `seq:likes:favs` as last copied.
+const LUA_RECV: &str = r"
+local function parse_recv(x)
+  local q, l, f = string.match(x, '^(%-?%d+):(%d+):(%d+)$')
+  return tonumber(q), tonumber(l), tonumber(f)
+end
+local function recv_sums(key)
+  local likes, favs = 0, 0
+  local all = redis.call('HGETALL', key)
+  for i = 2, #all, 2 do
+    local _, l, f = parse_recv(all[i])
+    likes = likes + (l or 0)
+    favs = favs + (f or 0)
+  end
+  return likes, favs
+end
+-- keys: sds, guard, posts set, recv hash. A fresh counter from the facts in this slot.
+local function fresh(keys)
+  local likes, favs = recv_sums(keys[4])
+  return {0, 0, clamp(redis.call('SCARD', keys[3])), clamp(likes), clamp(favs)}
+end
 ";
 
-/// KEYS: sds, guard, posts set. ARGV: field, expected guard, new guard, then pairs
-/// (op, member) with op '+' (published) or '-' (deleted), in log order. The posts counter moves
-/// by what SADD/SREM changed, so repeats and deletes of unknown entities change nothing.
-/// Returns like [`APPLY_DELTA`].
+/// KEYS: sds, guard, posts set, recv hash. ARGV: followings, followers, version (of the
+/// projection's `edge_count` row), force ('1' | '0').
+///
+/// Copies absolute follow counts, keeping only the newest version: a value whose version is at
+/// or below the stored guard `edges` changes nothing (unless forced at an equal version), so
+/// duplicated, replayed and reordered events cannot move a counter twice. A missing or
+/// malformed counter is created from the facts of this slot (posts set, recv hash) and takes
+/// the given version whatever the guard says. Returns {written (0|1), previous string or
+/// false}.
+const SYNC_EDGES: &str = r"
+local ver = tonumber(ARGV[3])
+local cur = tonumber(redis.call('HGET', KEYS[2], 'edges') or '-1')
+local s = redis.call('GET', KEYS[1])
+local ok = s and #s == 20
+if ok and (ver < cur or (ver == cur and ARGV[4] ~= '1')) then return {0, s} end
+local v
+if ok then v = unpack5(s) else v = fresh(KEYS) end
+v[1] = clamp(tonumber(ARGV[1]))
+v[2] = clamp(tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], pack5(v))
+redis.call('HSET', KEYS[2], 'edges', ver)
+return {1, s or false}
+";
+
+/// KEYS: sds, guard, posts set, recv hash. ARGV: followings, followers, version.
+///
+/// The sampled check. Follow counts at the same version as the stored guard must be equal; if
+/// they differ the counter drifted and is rewritten. A newer version is copied (the counter was
+/// merely behind). Posts must equal the posts set and likes/favs received the sums of the recv
+/// hash, whatever the version. Returns {drift (0|1), written (0|1)}; {-1, 0} when there is no
+/// counter (the next read creates it).
+const CHECK: &str = r"
+local s = redis.call('GET', KEYS[1])
+if (not s) or #s ~= 20 then return {-1, 0} end
+local ver = tonumber(ARGV[3])
+local cur = tonumber(redis.call('HGET', KEYS[2], 'edges') or '-1')
+local v = unpack5(s)
+local f, r = clamp(tonumber(ARGV[1])), clamp(tonumber(ARGV[2]))
+local drift, write = 0, 0
+if ver >= cur and (v[1] ~= f or v[2] ~= r) then
+  if ver == cur then drift = 1 end
+  v[1], v[2], write = f, r, 1
+end
+if ver > cur then redis.call('HSET', KEYS[2], 'edges', ver) end
+local want = fresh(KEYS)
+for i = 3, 5 do
+  if v[i] ~= want[i] then v[i], drift, write = want[i], 1, 1 end
+end
+if write == 1 then redis.call('SET', KEYS[1], pack5(v)) end
+return {drift, write}
+";
+
+/// KEYS: sds, recv hash. ARGV: quads (member `etype:eid`, seq, likes, favs): the entity's
+/// current counts read together with its toggle sequence.
+///
+/// Copies each entity's counts into the owner's recv hash when its sequence is newer than the
+/// stored one, and moves likes/favs received by the difference (if the counter exists; a
+/// missing one is later created from the hash). Re-sending the same or an older state changes
+/// nothing. Returns {likes delta, favs delta}.
+const OWNER_SYNC: &str = r"
+local dl, df = 0, 0
+for i = 1, #ARGV, 4 do
+  local q, l, f = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local old = redis.call('HGET', KEYS[2], ARGV[i])
+  local oq, ol, of = -1, 0, 0
+  if old then oq, ol, of = parse_recv(old) end
+  if q > oq then
+    dl = dl + l - ol
+    df = df + f - of
+    redis.call('HSET', KEYS[2], ARGV[i], q .. ':' .. l .. ':' .. f)
+  end
+end
+local s = redis.call('GET', KEYS[1])
+if s and #s == 20 and (dl ~= 0 or df ~= 0) then
+  local v = unpack5(s)
+  v[4] = clamp(v[4] + dl)
+  v[5] = clamp(v[5] + df)
+  redis.call('SET', KEYS[1], pack5(v))
+end
+return {dl, df}
+";
+
+/// KEYS: sds, posts set, post times hash. ARGV: triples (op '+' published | '-' deleted,
+/// member `etype:eid`, event time ms), in log order.
+///
+/// Each entity keeps the time of the last content event applied to it (negative for a
+/// deletion); an event applies only when it is newer (at equal times a deletion wins), so a
+/// duplicate, a replay or a late copy of an older event changes nothing. The posts counter
+/// moves by what SADD/SREM changed. Returns the posts delta.
 const APPLY_CONTENT: &str = r"
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if (cur or '') ~= ARGV[2] then return -1 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local d = 0
-for i = 4, #ARGV, 2 do
-  if ARGV[i] == '+' then d = d + redis.call('SADD', KEYS[3], ARGV[i + 1])
-  else d = d - redis.call('SREM', KEYS[3], ARGV[i + 1]) end
+for i = 1, #ARGV, 3 do
+  local t = tonumber(ARGV[i + 2])
+  local last = redis.call('HGET', KEYS[3], ARGV[i + 1])
+  local apply = true
+  if last then
+    local lt = tonumber(last)
+    local at, deleted = math.abs(lt), string.sub(last, 1, 1) == '-'
+    if t < at or (t == at and (deleted or ARGV[i] == '+')) then apply = false end
+  end
+  if apply then
+    if ARGV[i] == '+' then
+      d = d + redis.call('SADD', KEYS[2], ARGV[i + 1])
+      redis.call('HSET', KEYS[3], ARGV[i + 1], t)
+    else
+      d = d - redis.call('SREM', KEYS[2], ARGV[i + 1])
+      redis.call('HSET', KEYS[3], ARGV[i + 1], '-' .. t)
+    end
+  end
 end
 local s = redis.call('GET', KEYS[1])
-if (not s) or #s ~= 20 then return 0 end
-local v = unpack5(s)
-v[3] = clamp(v[3] + d)
-redis.call('SET', KEYS[1], pack5(v))
-return 1
-";
-
-/// KEYS: sds, guard, posts set. ARGV: followings, followers, likes_received, favs_received,
-/// then pairs (field, last offset reflected) of the log positions the values reflect.
-/// Refuses (-1) when any listed guard is beyond the given position (the counters applied an
-/// event the value does not hold: retry once the source caught up). Otherwise writes the
-/// counters (posts = SCARD of the posts set, the fact) and sets those guards; returns the
-/// previous string (false when there was none) so callers can tell a repair from a no-op.
-const REBUILD: &str = r"
-for i = 5, #ARGV, 2 do
-  local cur = redis.call('HGET', KEYS[2], ARGV[i])
-  if cur and tonumber(cur) > tonumber(ARGV[i + 1]) then return -1 end
+if s and #s == 20 and d ~= 0 then
+  local v = unpack5(s)
+  v[3] = clamp(v[3] + d)
+  redis.call('SET', KEYS[1], pack5(v))
 end
-local old = redis.call('GET', KEYS[1])
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-local posts = redis.call('SCARD', KEYS[3])
-local v = {clamp(tonumber(ARGV[1])), clamp(tonumber(ARGV[2])), clamp(posts), clamp(tonumber(ARGV[3])), clamp(tonumber(ARGV[4]))}
-redis.call('SET', KEYS[1], pack5(v))
-return {old or false}
+return d
 ";
 
 /// The compiled scripts (EVALSHA with automatic script load).
 #[derive(Clone)]
 pub struct Scripts {
-    /// See the constant of the same purpose.
-    pub apply_delta: Script,
+    /// Copy follow counts of a newer version ([`SYNC_EDGES`]).
+    pub sync_edges: Script,
+    /// The sampled check.
+    pub check: Script,
+    /// Copy entity counts into an owner's likes/favs received.
+    pub owner_sync: Script,
     /// Content events: the posts set and counter.
     pub apply_content: Script,
-    /// Guarded rebuild write.
-    pub rebuild: Script,
+}
+
+impl Scripts {
+    /// Every script, for loading after Redis lost them.
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content]
+    }
 }
 
 impl Default for Scripts {
     fn default() -> Self {
         Self {
-            apply_delta: Script::new(&format!("{LUA_SDS}{APPLY_DELTA}")),
+            sync_edges: Script::new(&format!("{LUA_SDS}{LUA_RECV}{SYNC_EDGES}")),
+            check: Script::new(&format!("{LUA_SDS}{LUA_RECV}{CHECK}")),
+            owner_sync: Script::new(&format!("{LUA_SDS}{LUA_RECV}{OWNER_SYNC}")),
             apply_content: Script::new(&format!("{LUA_SDS}{APPLY_CONTENT}")),
-            rebuild: Script::new(&format!("{LUA_SDS}{REBUILD}")),
         }
     }
 }

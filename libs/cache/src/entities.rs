@@ -3,11 +3,10 @@
 //! The fact "who liked" is a bitmap sharded in chunks of 32,768 actors (`chunk = uid / 32768`,
 //! `bit = uid % 32768`, 4 KiB a full chunk); actors with ids at or above [`SPARSE_FROM`] are
 //! kept in a set instead, so that snowflake-like ids cost one set member (~60 bytes) rather
-//! than a 4 KiB chunk each. A toggle script flips the fact and bumps the entity's sequence; the
-//! count lives in a 20-byte counter (read, like, fav, comment, repost as big-endian u32) kept
-//! by the consumer, which skips events already applied (offset guard) and events already in a
-//! rebuilt value (sequence at or below the rebuild's base). A rebuild reads the sequence and
-//! counts the facts in one script, so it is exact whatever is in flight.
+//! than a 4 KiB chunk each. One toggle script flips the fact, bumps the entity's sequence,
+//! moves its 20-byte counter (read, like, fav, comment, repost as big-endian u32) and appends
+//! the ActionEvent to the entity's outbox: the count is exact by construction (no consumer
+//! applies it, so no duplicate event can move it) and no event is lost when the broker is down.
 
 use redis::Script;
 
@@ -29,55 +28,45 @@ local function count_metric(prefix, chunk_set, sparse)
   return n + redis.call('SCARD', sparse)
 end
 local function rebuild(keys)
-  -- keys: cnt, guard, seq, like prefix, like chunks, like sparse, fav prefix, fav chunks, fav sparse
-  local seq = tonumber(redis.call('GET', keys[3]) or '0')
+  -- keys: cnt, outbox, seq, like prefix, like chunks, like sparse, fav prefix, fav chunks, fav sparse
   local likes = count_metric(keys[4], keys[5], keys[6])
   local favs = count_metric(keys[7], keys[8], keys[9])
   redis.call('SET', keys[1], struct.pack('>I4I4I4I4I4', 0, likes, favs, 0, 0))
-  redis.call('HSET', keys[2], 'base', seq)
   return {likes, favs}
 end
 ";
 
-/// KEYS: fact key (chunk or sparse set), chunk set, seq. ARGV: kind ('bit'|'set'), bit or
-/// member, wanted (1 set / 0 clear), chunk id. Returns {changed, seq}.
+/// KEYS: the nine entity keys (see `rebuild`), then the fact key (chunk or sparse set).
+/// ARGV: kind ('bit'|'set'), bit or member, wanted (1 set / 0 clear), chunk id, counter index
+/// (1 like, 2 fav), the outbox entry without its sequence (`actor|owner|metric|delta|ms|tp`).
+///
+/// One atomic step: flips the fact, bumps the sequence, moves the count (rebuilding it from the
+/// facts when missing), and appends the event to the entity's outbox. Returns {changed, seq}.
 const TOGGLE: &str = r"
+local fact = KEYS[10]
+local idx = tonumber(ARGV[5])
 local old
-if ARGV[1] == 'bit' then old = redis.call('GETBIT', KEYS[1], ARGV[2])
-else old = redis.call('SISMEMBER', KEYS[1], ARGV[2]) end
+if ARGV[1] == 'bit' then old = redis.call('GETBIT', fact, ARGV[2])
+else old = redis.call('SISMEMBER', fact, ARGV[2]) end
 if old == tonumber(ARGV[3]) then return {0, 0} end
 if ARGV[1] == 'bit' then
-  redis.call('SETBIT', KEYS[1], ARGV[2], ARGV[3])
-  if ARGV[3] == '1' then redis.call('SADD', KEYS[2], ARGV[4]) end
-elseif ARGV[3] == '1' then redis.call('SADD', KEYS[1], ARGV[2])
-else redis.call('SREM', KEYS[1], ARGV[2]) end
-return {1, redis.call('INCR', KEYS[3])}
-";
-
-/// KEYS: as `rebuild`. ARGV: last offset of the batch, then quads (offset, seq, index, delta).
-/// Rebuilds first when the counter is missing or malformed; skips events at or below the offset
-/// guard or the rebuild base; one write per entity. Returns {applied like delta, fav delta}.
-const APPLY: &str = r"
-local off = tonumber(redis.call('HGET', KEYS[2], 'off') or '-1')
-local last = tonumber(ARGV[1])
-if off >= last then return {0, 0} end
+  redis.call('SETBIT', fact, ARGV[2], ARGV[3])
+  if ARGV[3] == '1' then redis.call('SADD', idx == 1 and KEYS[5] or KEYS[8], ARGV[4]) end
+elseif ARGV[3] == '1' then redis.call('SADD', fact, ARGV[2])
+else redis.call('SREM', fact, ARGV[2]) end
+local seq = redis.call('INCR', KEYS[3])
 local s = redis.call('GET', KEYS[1])
-if (not s) or #s ~= 20 then rebuild(KEYS); s = redis.call('GET', KEYS[1]) end
-local base = tonumber(redis.call('HGET', KEYS[2], 'base') or '0')
-local v = {struct.unpack('>I4I4I4I4I4', s)}
-local d = {0, 0, 0, 0, 0}
-for i = 2, #ARGV, 4 do
-  local o, q, idx, delta = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  if o > off and q > base then d[idx + 1] = d[idx + 1] + delta end
-end
-for i = 1, 5 do
-  local x = v[i] + d[i]
+if (not s) or #s ~= 20 then
+  rebuild(KEYS)
+else
+  local v = {struct.unpack('>I4I4I4I4I4', s)}
+  local x = v[idx + 1] + (ARGV[3] == '1' and 1 or -1)
   if x < 0 then x = 0 elseif x > 4294967295 then x = 4294967295 end
-  v[i] = x
+  v[idx + 1] = x
+  redis.call('SET', KEYS[1], struct.pack('>I4I4I4I4I4', v[1], v[2], v[3], v[4], v[5]))
 end
-redis.call('SET', KEYS[1], struct.pack('>I4I4I4I4I4', v[1], v[2], v[3], v[4], v[5]))
-redis.call('HSET', KEYS[2], 'off', last)
-return {d[2], d[3]}
+redis.call('RPUSH', KEYS[2], seq .. '|' .. ARGV[6])
+return {1, seq}
 ";
 
 /// KEYS: as `rebuild`. ARGV: '1' to force. Rebuilds when forced or when the counter is missing
@@ -91,6 +80,19 @@ end
 return rebuild(KEYS)
 ";
 
+/// KEYS: as `rebuild`. Returns {seq, like, fav}: the counts with the toggle sequence they
+/// reflect, read in one step (rebuilding a missing counter from the facts).
+const STATE: &str = r"
+local s = redis.call('GET', KEYS[1])
+local seq = tonumber(redis.call('GET', KEYS[3]) or '0')
+if s and #s == 20 then
+  local v = {struct.unpack('>I4I4I4I4I4', s)}
+  return {seq, v[2], v[3]}
+end
+local c = rebuild(KEYS)
+return {seq, c[1], c[2]}
+";
+
 /// KEYS: pending set. ARGV: member, score read. Removes the member only if no toggle
 /// re-registered it since (its score is unchanged).
 const UNPEND: &str = r"
@@ -102,22 +104,29 @@ return 0
 /// The entity scripts.
 #[derive(Clone)]
 pub struct EntityScripts {
-    /// Flip one fact.
+    /// Flip one fact, move the count, append the event to the outbox.
     pub toggle: Script,
-    /// Apply a batch of events to one entity.
-    pub apply: Script,
     /// Read, rebuilding if missing (or forced).
     pub read_or_rebuild: Script,
+    /// Counts with the sequence they reflect.
+    pub state: Script,
     /// Conditional removal from the pending set.
     pub unpend: Script,
+}
+
+impl EntityScripts {
+    /// Every script, for loading after Redis lost them.
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.toggle, &self.read_or_rebuild, &self.state, &self.unpend]
+    }
 }
 
 impl Default for EntityScripts {
     fn default() -> Self {
         Self {
-            toggle: Script::new(TOGGLE),
-            apply: Script::new(&format!("{LUA_COUNT}{APPLY}")),
+            toggle: Script::new(&format!("{LUA_COUNT}{TOGGLE}")),
             read_or_rebuild: Script::new(&format!("{LUA_COUNT}{READ_OR_REBUILD}")),
+            state: Script::new(&format!("{LUA_COUNT}{STATE}")),
             unpend: Script::new(UNPEND),
         }
     }

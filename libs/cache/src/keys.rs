@@ -24,8 +24,8 @@ impl Keys {
         format!("{}sg:ucnt:{{{user_id}}}", self.prefix)
     }
 
-    /// `sg:ucnt:{uid}:guard`: hash `topic/partition` → the last offset of that partition
-    /// reflected in the user's counters. Same slot as the counters.
+    /// `sg:ucnt:{uid}:guard`: hash with field `edges` → the version of the projection's
+    /// follow counts copied into the user's counters. Same slot as the counters.
     pub fn user_guard(&self, user_id: i64) -> String {
         format!("{}sg:ucnt:{{{user_id}}}:guard", self.prefix)
     }
@@ -41,17 +41,34 @@ impl Keys {
         format!("{}sg:posts:{{{user_id}}}", self.prefix)
     }
 
+    /// `sg:postt:{uid}`: hash `etype:eid` → time (ms) of the last content event applied to
+    /// the entity, negative for a deletion (orders duplicates and late copies).
+    pub fn user_post_times(&self, user_id: i64) -> String {
+        format!("{}sg:postt:{{{user_id}}}", self.prefix)
+    }
+
+    /// `sg:recv:{uid}`: hash `etype:eid` → `seq:likes:favs`, the owned entity's counts as last
+    /// copied with its toggle sequence; likes and favs received are its sums.
+    pub fn user_received(&self, user_id: i64) -> String {
+        format!("{}sg:recv:{{{user_id}}}", self.prefix)
+    }
+
     /// `sg:own:{etype:eid}`: the author id of a published entity (the content registry).
     pub fn owner(&self, entity_type: &str, entity_id: i64) -> String {
         format!("{}sg:own:{{{entity_type}:{entity_id}}}", self.prefix)
     }
 
     /// `sg:pending:entities`: sorted set of `etype:eid` scored by the time (ms) of their last
-    /// toggle. A toggle registers its entity before flipping the fact, so an event lost to a
-    /// crash between the flip and the publish is covered: entities quiet for a moment are
-    /// rebuilt from their facts and removed.
+    /// toggle: the index of the entities whose outbox may hold events. A toggle registers its
+    /// entity before the script that flips the fact and appends the event; the relay removes an
+    /// entity once its outbox is empty and it has been quiet for a while.
     pub fn pending_entities(&self) -> String {
         format!("{}sg:pending:entities", self.prefix)
+    }
+
+    /// `sg:relay:counter`: the like/fav relay's lease (holder id, expires unless renewed).
+    pub fn relay_lease(&self) -> String {
+        format!("{}sg:relay:counter", self.prefix)
     }
 
     /// `sg:coff:{consumer}`: hash `topic/partition` → next offset of a Redis-backed consumer.
@@ -94,10 +111,11 @@ impl EntityKeys {
     pub fn counter(&self) -> String {
         format!("{}sg:cnt:{}", self.prefix, self.tag)
     }
-    /// `sg:cnt:{etype:eid}:guard`: hash `off` (last applied offset) and `base` (sequence
-    /// covered by the last rebuild).
-    pub fn guard(&self) -> String {
-        format!("{}sg:cnt:{}:guard", self.prefix, self.tag)
+    /// `sg:obx:{etype:eid}`: list, the entity's outbox: one entry per fact change, appended by
+    /// the toggle script in the same step as the change, removed by the relay once the broker
+    /// acknowledged it (`seq|actor|owner|metric|delta|time_ms|traceparent`).
+    pub fn outbox(&self) -> String {
+        format!("{}sg:obx:{}", self.prefix, self.tag)
     }
 }
 

@@ -5,6 +5,7 @@
 //! Every function takes any [`sea_orm::ConnectionTrait`] (a pool or an open transaction), so
 //! callers choose the transaction boundaries.
 
+pub mod counts;
 pub mod edges;
 pub mod leader;
 pub mod offsets;
@@ -51,4 +52,52 @@ pub fn is_retryable(err: &DbErr) -> bool {
     ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy"]
         .iter()
         .any(|needle| text.contains(needle))
+}
+
+/// True for errors of the connection rather than of the statement: the pool could not give a
+/// connection, or the server closed, reset or terminated it mid-request (PostgreSQL's
+/// `terminating connection due to administrator command`, MySQL's "server has gone away" and
+/// "lost connection", an I/O error). A retry on a new connection can succeed, so callers
+/// answer UNAVAILABLE.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    if matches!(err, DbErr::ConnectionAcquire(_) | DbErr::Conn(_)) {
+        return true;
+    }
+    let text = err.to_string().to_ascii_lowercase();
+    [
+        "terminating connection",
+        "connection reset",
+        "connection refused",
+        "connection closed",
+        "broken pipe",
+        "server has gone away",
+        "lost connection",
+        "connection was killed",
+        "pool timed out",
+        "pool closed",
+        "error communicating with database",
+        "unexpected eof",
+        "io error",
+        "shutdown in progress",
+        "the database system is",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_connections_are_unavailable_and_statement_errors_are_not() {
+        let lost = DbErr::Exec(sea_orm::RuntimeErr::Internal(
+            "error returned from database: terminating connection due to administrator command".into(),
+        ));
+        assert!(is_unavailable(&lost));
+        assert!(is_unavailable(&DbErr::Conn(sea_orm::RuntimeErr::Internal("x".into()))));
+        let syntax = DbErr::Exec(sea_orm::RuntimeErr::Internal("syntax error at or near \"SELEC\"".into()));
+        assert!(!is_unavailable(&syntax));
+        assert!(is_retryable(&DbErr::Exec(sea_orm::RuntimeErr::Internal("deadlock detected".into()))));
+    }
 }

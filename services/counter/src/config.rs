@@ -112,10 +112,11 @@ pub struct CounterSettings {
     /// A user's counters are compared with the facts at most once per this many seconds, on
     /// read; 0 turns the sampled check off.
     pub check_interval_secs: u64,
-    /// How long a rebuild waits for projection-svc to catch up with this consumer.
+    /// How long the relation consumer waits for projection-svc to apply a batch before it
+    /// retries the batch (its counts are copied from the projection).
     pub rebuild_wait_ms: u64,
-    /// An entity toggled this long ago without a newer toggle is rebuilt from its facts once,
-    /// covering an event lost between the toggle and its publish (a crash).
+    /// An entity leaves the like/fav relay's index once its outbox is empty and its last
+    /// toggle is at least this old.
     pub verify_after_ms: u64,
 }
 

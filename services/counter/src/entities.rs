@@ -3,17 +3,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use prometheus::IntCounter;
-use prost::Message;
 use redis::Value;
-use socialgraph_cache::entities::{EntityScripts, Slot, slot};
+use socialgraph_cache::entities::{FAV_INDEX, LIKE_INDEX, Slot, slot};
 use socialgraph_cache::keys::EntityKeys;
 use socialgraph_domain::{MAX_BATCH, Violation, valid_entity_type, validate_user_id};
-use socialgraph_events::{KeyedRecord, Producer};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::{ActionEvent, Metric};
 use socialgraph_server::{ApiError, ApiResult};
-use tokio::sync::OnceCell;
+use tokio::sync::Notify;
 
 use crate::service::cache_error;
 use crate::store::Store;
@@ -28,7 +25,7 @@ pub fn metric_name(m: Metric) -> &'static str {
     if m == Metric::Fav { "fav" } else { "like" }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
 }
 
@@ -36,12 +33,8 @@ fn now_ms() -> i64 {
 pub struct Entities {
     /// Redis.
     pub store: Store,
-    /// Producer of action events, set once Kafka is reachable.
-    pub producer: Arc<OnceCell<Producer>>,
-    /// Topic of action events.
-    pub topic: String,
-    /// Toggles whose event could not be published (their entity is rebuilt once quiet).
-    pub publish_failures: IntCounter,
+    /// Wakes the outbox relay after a toggle wrote an event.
+    pub relay_wake: Arc<Notify>,
 }
 
 /// The ActionEvent of one toggle that changed a fact, and its record headers (W3C trace
@@ -162,12 +155,12 @@ pub fn entity_counts(entity: &pb::EntityRef, wanted: &[Metric], likes: u64, favs
     }
 }
 
-/// The nine keys of an entity's scripts: counter, guard, seq, then prefix/chunk set/sparse set
+/// The nine keys of an entity's scripts: counter, outbox, seq, then prefix/chunk set/sparse set
 /// for like and for fav.
-fn script_keys(k: &EntityKeys) -> [String; 9] {
+pub fn script_keys(k: &EntityKeys) -> [String; 9] {
     [
         k.counter(),
-        k.guard(),
+        k.outbox(),
         k.seq(),
         k.chunk_prefix("like"),
         k.chunk_set("like"),
@@ -188,8 +181,9 @@ impl Entities {
     }
 
     /// Sets (`wanted`) or clears the actor's `metric` on the entity; returns (changed, active).
-    /// A change publishes one ActionEvent; if that fails the entity is queued for a rebuild,
-    /// so its count still converges.
+    /// A change moves the entity's count and appends its ActionEvent to the entity's outbox in
+    /// the same script, so the answer comes once the fact is stored, whether or not the broker
+    /// is up; the relay publishes the event ([`crate::outbox`]).
     ///
     /// Inputs are validated by the caller ([`validate_toggle`]).
     ///
@@ -199,48 +193,33 @@ impl Entities {
         let k = self.keys(entity);
         let name = metric_name(metric);
         let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
-        match slot(actor_id) {
+        for key in script_keys(&k) {
+            inv.key(key);
+        }
+        let (kind, member, chunk) = match slot(actor_id) {
             Slot::Bit { chunk, bit } => {
-                inv.key(k.chunk(name, chunk)).key(k.chunk_set(name)).key(k.seq());
-                inv.arg("bit").arg(bit).arg(u8::from(wanted)).arg(chunk);
+                inv.key(k.chunk(name, chunk));
+                ("bit", bit as i64, chunk)
             }
             Slot::Sparse => {
-                inv.key(k.sparse(name)).key(k.chunk_set(name)).key(k.seq());
-                inv.arg("set").arg(actor_id).arg(u8::from(wanted)).arg(0);
+                inv.key(k.sparse(name));
+                ("set", actor_id, 0)
             }
-        }
-        // Register the entity as pending before the flip (same round trip), so that an event
-        // lost to a crash before it is published is repaired by a rebuild from the facts.
+        };
+        let index = if metric == FAV { FAV_INDEX } else { LIKE_INDEX };
+        let entry = crate::outbox::entry_template(actor_id, owner_id, metric, if wanted { 1 } else { -1 }, now_ms());
+        inv.arg(kind).arg(member).arg(u8::from(wanted)).arg(chunk).arg(index).arg(entry);
+        // Register the entity in the relay's index before the script (same round trip): a crash
+        // in between leaves an index entry with an empty outbox, never an unindexed event.
         let mut pipe = redis::pipe();
         pipe.zadd(self.store.keys.pending_entities(), format!("{}:{}", entity.entity_type, entity.entity_id), now_ms()).ignore();
         pipe.invoke_script(&inv);
         let v = self.store.query(&pipe).await.map_err(cache_error)?;
-        let (changed, seq) = redis::from_redis_value::<(i64, i64)>(v.into_iter().next().unwrap_or(Value::Nil)).map_err(ApiError::internal)?;
+        let (changed, _seq) = redis::from_redis_value::<(i64, i64)>(v.into_iter().next().unwrap_or(Value::Nil)).map_err(ApiError::internal)?;
         if changed == 1 {
-            self.publish(actor_id, entity, owner_id, metric, if wanted { 1 } else { -1 }, seq).await;
+            self.relay_wake.notify_one();
         }
         Ok((changed == 1, wanted))
-    }
-
-    async fn publish(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, delta: i32, sequence: i64) {
-        let now = now_ms();
-        let (event, headers) = action_event(entity, actor_id, owner_id, metric, delta, sequence, now);
-        let record = KeyedRecord {
-            topic: self.topic.clone(),
-            key: format!("{}:{}", entity.entity_type, entity.entity_id).into_bytes(),
-            value: event.encode_to_vec(),
-            headers: headers.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
-            timestamp_ms: now,
-        };
-        let error = match self.producer.get() {
-            Some(p) => p.produce(vec![record]).await.1.map(|e| e.to_string()),
-            None => Some("kafka not connected yet".to_owned()),
-        };
-        if let Some(e) = error {
-            // The entity is pending already: the repair task rebuilds it from its facts.
-            self.publish_failures.inc();
-            tracing::warn!(error = %e, entity_type = %entity.entity_type, entity_id = entity.entity_id, "action event not published; the entity will be rebuilt");
-        }
     }
 
     /// The `wanted` counts of each entity, in request order, in one round trip; missing or
@@ -276,39 +255,6 @@ impl Entities {
         Ok(entity_counts(entity, &[LIKE, FAV], likes, favs))
     }
 
-    /// Rebuilds the pending entities whose last toggle is older than `quiet_ms` and removes
-    /// them unless toggled again meanwhile; returns how many were rebuilt.
-    ///
-    /// # Errors
-    /// UNAVAILABLE when Redis is down.
-    pub async fn repair_pending(&self, quiet_ms: i64) -> ApiResult<usize> {
-        let key = self.store.keys.pending_entities();
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZRANGEBYSCORE").arg(&key).arg("-inf").arg(now_ms() - quiet_ms).arg("WITHSCORES").arg("LIMIT").arg(0).arg(500);
-        let members: Vec<(String, i64)> =
-            self.store.query(&pipe).await.map_err(cache_error)?.into_iter().next().and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default();
-        let entities: Vec<(pb::EntityRef, &str, i64)> = members
-            .iter()
-            .filter_map(|(m, score)| {
-                let (t, id) = m.rsplit_once(':')?;
-                Some((pb::EntityRef { entity_type: t.to_owned(), entity_id: id.parse().ok()? }, m.as_str(), *score))
-            })
-            .collect();
-        if entities.is_empty() {
-            return Ok(0);
-        }
-        let refs: Vec<pb::EntityRef> = entities.iter().map(|e| e.0.clone()).collect();
-        self.read_or_rebuild(&refs, true).await?;
-        let mut pipe = redis::pipe();
-        for (_, member, score) in &entities {
-            let mut inv = self.store.entity_scripts.unpend.prepare_invoke();
-            inv.key(&key).arg(*member).arg(*score);
-            pipe.invoke_script(&inv).ignore();
-        }
-        self.store.query(&pipe).await.map_err(cache_error)?;
-        Ok(entities.len())
-    }
-
     /// Whether `actor_id` liked / favourited each entity, in request order, in one round trip.
     ///
     /// # Errors
@@ -328,18 +274,4 @@ impl Entities {
         let flags: Vec<bool> = v.into_iter().map(|x| redis::from_redis_value::<i64>(x).unwrap_or(0) == 1).collect();
         Ok(ids.iter().enumerate().map(|(i, id)| pb::ActionState { entity_id: *id, liked: flags[2 * i], faved: flags[2 * i + 1] }).collect())
     }
-}
-
-/// The arguments of the entity apply script for one entity's events in a batch:
-/// (offset, sequence, counter index, delta).
-pub fn apply_invocation<'a>(scripts: &'a EntityScripts, keys: &EntityKeys, last: i64, events: &[(i64, i64, usize, i64)]) -> redis::ScriptInvocation<'a> {
-    let mut inv = scripts.apply.prepare_invoke();
-    for k in script_keys(keys) {
-        inv.key(k);
-    }
-    inv.arg(last);
-    for (o, q, idx, d) in events {
-        inv.arg(*o).arg(*q).arg(*idx).arg(*d);
-    }
-    inv
 }

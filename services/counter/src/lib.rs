@@ -1,18 +1,18 @@
 //! counter-svc: per-user counters (followings, followers, posts, likes and favourites
 //! received) and per-entity like/fav counts in Redis. Consumes `sg.relation.v1`,
 //! `sg.content.v1` and `sg.counter.v1` effectively-once; takes like/fav toggles on bitmap facts
-//! and publishes their events.
+//! and relays their events from a Redis outbox written in the same step as the fact.
 
 pub mod backend;
 pub mod config;
 pub mod consume;
 pub mod entities;
 pub mod grpc;
+pub mod outbox;
 pub mod service;
 pub mod store;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -61,31 +61,33 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         skipped,
     };
     let channel = tonic::transport::Channel::from_shared(config.projection.url.clone()).context("projection.url")?.connect_lazy();
-    let relation_partitions = Arc::new(AtomicI32::new(0));
     let counters = Arc::new(service::Counters {
         store: store.clone(),
         projection: ProjectionServiceClient::new(channel),
-        relation_topic: config.kafka.relation_topic.clone(),
-        relation_partitions: Arc::clone(&relation_partitions),
         check_interval_secs: config.counters.check_interval_secs,
-        rebuild_wait: Duration::from_millis(config.counters.rebuild_wait_ms),
-        rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters rebuilt from the facts")?,
-        repairs: counter(&registry, "sg_counter_repairs_total", "Sampled checks that found and repaired drift")?,
+        rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters created or rebuilt from the facts")?,
+        repairs: counter(&registry, "sg_counter_repairs_total", "Checks and rebuilds that found drift and repaired it")?,
         check_slots: Arc::new(tokio::sync::Semaphore::new(service::CHECK_SLOTS)),
     });
     let producer = Arc::new(tokio::sync::OnceCell::new());
-    let entities = Arc::new(entities::Entities {
+    let relay_wake = Arc::new(tokio::sync::Notify::new());
+    let entities = Arc::new(entities::Entities { store: store.clone(), relay_wake: Arc::clone(&relay_wake) });
+    let relay = outbox::Relay {
         store: store.clone(),
-        producer: Arc::clone(&producer),
         topic: config.kafka.counter_topic.clone(),
-        publish_failures: counter(&registry, "sg_action_publish_failures_total", "Toggles whose event could not be published")?,
-    });
+        producer: Arc::clone(&producer),
+        wake: relay_wake,
+        quiet_ms: config.counters.verify_after_ms as i64,
+        published: counter(&registry, "sg_action_events_published_total", "Like/fav outbox events the broker acknowledged")?,
+        failures: counter(&registry, "sg_action_publish_failures_total", "Relay rounds of the like/fav outbox that could not publish")?,
+        holder: format!("{:016x}", rand::random::<u64>()),
+    };
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
-    let ctx = ConsumeCtx { config: config.clone(), store, metrics, relation_partitions, producer, lag, readiness: readiness.clone() };
+    let ctx = ConsumeCtx { config: config.clone(), store, counters: Arc::clone(&counters), metrics, producer, lag, readiness: readiness.clone() };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
-    let repair = tokio::spawn(repair_pending(Arc::clone(&entities), config.counters.verify_after_ms as i64, loops.clone()));
+    let relay_task = tokio::spawn(relay.run(loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(
         Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }),
@@ -94,30 +96,17 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], &[], grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
-    let _ = repair.await;
+    let _ = relay_task.await;
     let _ = admin_task.await;
     served
-}
-
-/// Rebuilds entities toggled at least `quiet_ms` ago, covering events lost between a toggle
-/// and its publish.
-async fn repair_pending(entities: Arc<entities::Entities>, quiet_ms: i64, cancel: CancellationToken) {
-    while !cancel.is_cancelled() {
-        match entities.repair_pending(quiet_ms).await {
-            Ok(n) if n > 0 => tracing::debug!(entities = n, "verified pending entities against their facts"),
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "pending entity repair skipped"),
-        }
-        tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = cancel.cancelled() => {} }
-    }
 }
 
 /// What the consumers need.
 struct ConsumeCtx {
     config: Config,
     store: store::Store,
+    counters: Arc<service::Counters>,
     metrics: consume::ConsumerMetrics,
-    relation_partitions: Arc<AtomicI32>,
     producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
     lag: IntGaugeVec,
     readiness: Readiness,
@@ -133,16 +122,20 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let Some((client, counts)) = socialgraph_events::kafka::connect_until_ready(&k.brokers, deadline, &names, k.partitions, &cancel).await else {
         return;
     };
-    ctx.relation_partitions.store(counts[0], Ordering::Relaxed);
     match socialgraph_events::kafka::connect(&k.brokers, deadline).await {
         Ok(c) => {
             let _ = ctx.producer.set(socialgraph_events::Producer::new(c, k.partitions));
         }
-        Err(e) => tracing::warn!(error = %e, "producer: kafka unavailable; toggles queue their entities for rebuild"),
+        Err(e) => tracing::warn!(error = %e, "producer: kafka unavailable; like/fav events wait in their outboxes"),
     }
     let client = Arc::new(client);
     let progress = Progress::default();
-    let relation = Arc::new(consume::RelationCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let relation = Arc::new(consume::RelationCounter {
+        counters: Arc::clone(&ctx.counters),
+        consumer: CONSUMER.into(),
+        metrics: ctx.metrics.clone(),
+        projection_wait: Duration::from_millis(ctx.config.counters.rebuild_wait_ms),
+    });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let mut tasks = Vec::new();

@@ -1,37 +1,36 @@
-//! Reads of user counters with self-healing, and rebuilds that agree with the log.
+//! Reads of user counters, their creation, rebuilds and the sampled drift check.
 //!
-//! A rebuild takes followings and followers from projection-svc together with the
-//! per-partition offsets they reflect (one snapshot), and writes them with those positions as
-//! the user's guards — but only if the counters have applied nothing beyond them (else it waits
-//! for the projection to catch up and retries). Events already in the value are then skipped
-//! and later ones applied, whenever the rebuild runs (DESIGN.md §5).
+//! Followings and followers are copies of projection-svc's `edge_count` rows, which the
+//! projection changes in the transaction that applies each batch of relation events; every copy
+//! carries the row's version and Redis keeps only the newest ([`Store::sync_edges`]). Posts and
+//! likes/favs received derive from facts in the user's own slot (the posts set, the recv hash).
+//! So a counter is created, rebuilt or checked without waiting for any consumer: whatever is in
+//! flight arrives later with a newer version and is applied then (DESIGN.md §5).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::{Duration, Instant};
 
-use rand::Rng;
-use tokio::sync::Semaphore;
-
-use futures::StreamExt;
 use prometheus::IntCounter;
+use rand::Rng;
 use socialgraph_cache::CacheError;
-use socialgraph_cache::counters::{Sds, field};
-use socialgraph_cache::keys::partition_field;
-use socialgraph_proto::projection::v1::GetEdgeCountsRequest;
+use socialgraph_cache::counters::Sds;
+use socialgraph_proto::projection::v1::BatchGetEdgeCountsRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_server::{ApiError, ApiResult};
+use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
-use crate::store::{RebuildValues, Store};
-
-/// Missing counters of one batch rebuilt at once.
-const REBUILD_CONCURRENCY: usize = 32;
+use crate::store::{Checked, EdgeCounts, Store};
 
 /// Sampled checks running at once across all reads; a read that finds them all busy skips
 /// its check (it is a sample), so checks never queue behind reads or slow them.
 pub const CHECK_SLOTS: usize = 2;
+
+/// Most owned entities whose counts a check or rebuild re-reads per owner.
+pub const RESYNC_ENTITIES: usize = 1000;
+
+/// Ids per BatchGetEdgeCounts call (the RPC's batch limit).
+const EDGE_COUNT_BATCH: usize = 1000;
 
 /// The user-counter side of counter-svc.
 pub struct Counters {
@@ -39,17 +38,11 @@ pub struct Counters {
     pub store: Store,
     /// projection-svc.
     pub projection: ProjectionServiceClient<Channel>,
-    /// The relation topic and its partition count (0 until known).
-    pub relation_topic: String,
-    /// Partition count of the relation topic, learnt when the consumers start.
-    pub relation_partitions: Arc<AtomicI32>,
     /// Seconds between sampled checks of one user (0 = off).
     pub check_interval_secs: u64,
-    /// How long a rebuild waits for the projection to catch up.
-    pub rebuild_wait: Duration,
-    /// Rebuilds written.
+    /// Counters created or rebuilt.
     pub rebuilds: IntCounter,
-    /// Sampled checks that found drift and repaired it.
+    /// Checks and rebuilds that found drift and repaired it.
     pub repairs: IntCounter,
     /// Permits for sampled checks in flight ([`CHECK_SLOTS`]).
     pub check_slots: Arc<Semaphore>,
@@ -64,88 +57,92 @@ pub(crate) fn cache_error(e: CacheError) -> ApiError {
     }
 }
 
-/// What a rebuild attempt saw.
-struct Snapshot {
-    values: RebuildValues,
-    positions: Vec<(String, i64)>,
+/// The projection's counts of some users and its stored next offset per partition, read in
+/// one snapshot.
+pub struct ProjectionCounts {
+    /// One per requested user, in request order.
+    pub counts: Vec<EdgeCounts>,
+    /// partition → next offset the projection will apply.
+    pub next_offsets: HashMap<i32, i64>,
 }
 
 impl Counters {
-    async fn snapshot(&self, user_id: i64, current: Option<Sds>) -> ApiResult<Snapshot> {
-        let counts = self
-            .projection
-            .clone()
-            .get_edge_counts(GetEdgeCountsRequest { user_id })
-            .await
-            .map_err(|s| ApiError::Unavailable(format!("projection-svc: {}", s.message())))?
-            .into_inner();
-        let mut next: HashMap<i32, i64> = counts.offsets.iter().map(|o| (o.partition, o.next_offset)).collect();
-        for p in 0..self.relation_partitions.load(Ordering::Relaxed) {
-            next.entry(p).or_insert(0);
-        }
-        let positions = next.into_iter().map(|(p, n)| (partition_field(&self.relation_topic, p), n - 1)).collect();
-        // Likes and favourites received keep their applied values: their facts are the entity
-        // counters, which their own consumer keeps exact.
-        let kept = current.unwrap_or_default();
-        let values = RebuildValues {
-            followings: counts.followings,
-            followers: counts.followers,
-            likes_received: i64::from(kept.0[field::LIKES_RECEIVED]),
-            favs_received: i64::from(kept.0[field::FAVS_RECEIVED]),
-        };
-        Ok(Snapshot { values, positions })
-    }
-
-    /// Rebuilds one user's counters from the facts, consistent with the log; returns them.
+    /// Follow counts of `users` (any number; 1,000 per call) with the projection's positions.
     ///
     /// # Errors
-    /// UNAVAILABLE when projection-svc or Redis is down, or the projection stays behind this
-    /// consumer for longer than the configured wait.
-    pub async fn rebuild(&self, user_id: i64) -> ApiResult<Sds> {
-        let start = Instant::now();
-        let mut wait = Duration::from_millis(5);
-        loop {
-            let current = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
-            let snap = self.snapshot(user_id, current).await?;
-            if self.store.rebuild(user_id, snap.values, &snap.positions, self.rest_secs()).await.map_err(cache_error)?.is_some() {
-                self.rebuilds.inc();
-                let after = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
-                return after.ok_or_else(|| ApiError::Unavailable("counters vanished during the rebuild".into()));
+    /// UNAVAILABLE when projection-svc does not answer.
+    pub async fn edge_counts(&self, users: &[i64]) -> ApiResult<ProjectionCounts> {
+        let mut out = ProjectionCounts { counts: Vec::with_capacity(users.len()), next_offsets: HashMap::new() };
+        for chunk in users.chunks(EDGE_COUNT_BATCH) {
+            let r = self
+                .projection
+                .clone()
+                .batch_get_edge_counts(BatchGetEdgeCountsRequest { user_ids: chunk.to_vec() })
+                .await
+                .map_err(|s| ApiError::Unavailable(format!("projection-svc: {}", s.message())))?
+                .into_inner();
+            out.counts.extend(r.counts.iter().map(|c| EdgeCounts {
+                user_id: c.user_id,
+                followings: c.followings,
+                followers: c.followers,
+                version: c.version,
+            }));
+            // Several calls: keep the oldest position seen (what all answers reflect at least).
+            for o in r.offsets {
+                let e = out.next_offsets.entry(o.partition).or_insert(o.next_offset);
+                *e = (*e).min(o.next_offset);
             }
-            if start.elapsed() > self.rebuild_wait {
-                return Err(ApiError::Unavailable("projection-svc is behind the counter consumer; retry later".into()));
+        }
+        Ok(out)
+    }
+
+    /// Re-reads up to [`RESYNC_ENTITIES`] of the owner's entities and copies their counts into
+    /// its likes/favs received (newer sequences only).
+    async fn resync_owner(&self, user_id: i64) -> Result<(), CacheError> {
+        let entities = self.store.received_entities(user_id, RESYNC_ENTITIES).await?;
+        if entities.is_empty() {
+            return Ok(());
+        }
+        let states = self.store.entity_states(&entities).await?;
+        self.store.owner_sync(&[(user_id, states)]).await.map(|_| ())
+    }
+
+    /// Checks one user's counters against the facts and repairs drift: follow counts of the
+    /// version they claim, posts against the posts set, likes/favs received against the owned
+    /// entities' counts. Creates the counters when missing. Returns whether drift was repaired.
+    async fn verify(&self, user_id: i64) -> ApiResult<bool> {
+        self.resync_owner(user_id).await.map_err(cache_error)?;
+        let counts = self.edge_counts(&[user_id]).await?.counts.pop().unwrap_or_default();
+        match self.store.check(counts).await.map_err(cache_error)? {
+            Checked::Missing => {
+                self.store.sync_edges(&[counts], false).await.map_err(cache_error)?;
+                Ok(false)
             }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_millis(200));
+            Checked::Agreed { .. } => Ok(false),
+            Checked::Repaired => {
+                self.repairs.inc();
+                tracing::warn!(user_id, followings = counts.followings, followers = counts.followers, "counter drift repaired");
+                Ok(true)
+            }
         }
     }
 
-    /// The sampled check: when the counters reflect exactly the projection's positions and
-    /// still differ from its counts, they drifted: rewrite them and count a repair.
-    async fn check(&self, user_id: i64) -> ApiResult<()> {
-        let Some(current) = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten() else {
-            return Ok(());
-        };
-        let guards = self.store.guard_map(user_id).await.map_err(cache_error)?;
-        let snap = self.snapshot(user_id, Some(current)).await?;
-        let same_position = snap.positions.iter().all(|(f, last)| guards.get(f).copied().unwrap_or(-1) == *last);
-        let differs = i64::from(current.0[field::FOLLOWINGS]) != snap.values.followings
-            || i64::from(current.0[field::FOLLOWERS]) != snap.values.followers;
-        if same_position && differs {
-            if self.store.rebuild(user_id, snap.values, &snap.positions, 0).await.map_err(cache_error)?.is_some() {
-                self.repairs.inc();
-                tracing::warn!(user_id, ?current, followings = snap.values.followings, followers = snap.values.followers, "counter drift repaired");
-            }
-        }
-        Ok(())
+    /// Rebuilds one user's counters from the facts (admin); returns them.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when projection-svc or Redis is down.
+    pub async fn rebuild(&self, user_id: i64) -> ApiResult<Sds> {
+        self.verify(user_id).await?;
+        self.rebuilds.inc();
+        let after = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
+        after.ok_or_else(|| ApiError::Unavailable("counters vanished during the rebuild".into()))
     }
 
     /// One user's rest period between sampled checks: the configured interval plus up to a
     /// fifth more, at random, so that users first read together do not fall due together.
-    /// 0 when checks are off.
     fn rest_secs(&self) -> u64 {
         let base = self.check_interval_secs;
-        if base == 0 { 0 } else { base + rand::rng().random_range(0..=base / 5) }
+        base + rand::rng().random_range(0..=base / 5)
     }
 
     /// Runs the sampled check of the users of one read whose rest period is over, in the
@@ -166,7 +163,7 @@ impl Counters {
             match me.store.checks_due(&periods).await {
                 Ok(due) => {
                     for u in due {
-                        if let Err(e) = me.check(u).await {
+                        if let Err(e) = me.verify(u).await {
                             tracing::debug!(user_id = u, error = %e, "sampled check skipped");
                         }
                     }
@@ -177,28 +174,32 @@ impl Counters {
     }
 
     /// Counters of each user, in request order, read in one round trip; missing or malformed
-    /// ones are rebuilt first.
+    /// ones are created first (one BatchGetEdgeCounts for all of them). Users read for the
+    /// first time start their check rest period then.
     ///
     /// Ids are validated by the caller.
     ///
     /// # Errors
     /// UNAVAILABLE.
     pub async fn get(self: &Arc<Self>, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
-        let read = self.store.read(user_ids).await.map_err(cache_error)?;
-        let present: Vec<i64> = user_ids.iter().zip(&read).filter(|(_, v)| v.is_some()).map(|(u, _)| *u).collect();
-        // Missing counters are rebuilt concurrently (each waits on projection-svc and Redis).
+        let mut read = self.store.read(user_ids).await.map_err(cache_error)?;
         let missing: Vec<i64> = user_ids.iter().zip(&read).filter(|(_, v)| v.is_none()).map(|(u, _)| *u).collect();
-        let futures: Vec<_> = missing.into_iter().map(|u| self.rebuild(u)).collect();
-        let rebuilt: Vec<ApiResult<Sds>> = futures::stream::iter(futures).buffered(REBUILD_CONCURRENCY).collect().await;
-        let mut rebuilt = rebuilt.into_iter();
-        let mut out = Vec::with_capacity(user_ids.len());
-        for v in read {
-            match v {
-                Some(s) => out.push(s),
-                None => out.push(rebuilt.next().unwrap_or_else(|| Err(ApiError::Unavailable("rebuild missing".into())))?),
+        let present: Vec<i64> = user_ids.iter().zip(&read).filter(|(_, v)| v.is_some()).map(|(u, _)| *u).collect();
+        if !missing.is_empty() {
+            let counts = self.edge_counts(&missing).await?.counts;
+            self.store.sync_edges(&counts, false).await.map_err(cache_error)?;
+            self.rebuilds.inc_by(missing.len() as u64);
+            if self.check_interval_secs > 0 {
+                let periods: Vec<(i64, u64)> = missing.iter().map(|u| (*u, self.rest_secs())).collect();
+                self.store.checks_due(&periods).await.map_err(cache_error)?;
+            }
+            let created = self.store.read(&missing).await.map_err(cache_error)?;
+            let mut created = created.into_iter();
+            for v in read.iter_mut().filter(|v| v.is_none()) {
+                *v = created.next().flatten();
             }
         }
         self.maybe_check(present);
-        Ok(out)
+        read.into_iter().map(|v| v.ok_or_else(|| ApiError::Unavailable("counters vanished while being created".into()))).collect()
     }
 }

@@ -1,39 +1,55 @@
-//! Redis IO of counter-svc: counters, guards, the posts facts, consumer offsets. Batches go in
+//! Redis IO of counter-svc: counters, their versions, the posts and received facts, consumer
+//! offsets. Batches go in
 //! one pipeline (one round trip); scripts run by EVALSHA and are loaded again when Redis lost
 //! them (NOSCRIPT after a restart).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::{Pipeline, RedisError, Value};
-use socialgraph_cache::counters::{FIELDS, Scripts, Sds};
+use redis::{Pipeline, Value};
+use socialgraph_cache::counters::{Scripts, Sds};
 use socialgraph_cache::entities::EntityScripts;
 use socialgraph_cache::keys::{Keys, partition_field};
 use socialgraph_cache::{CacheError, Pool};
 
-/// A user's change for one batch: apply `delta` if the guard of the batch's partition still
-/// equals `expected`, then set it to `new_guard`.
-#[derive(Debug, Clone, Copy)]
-pub struct Delta {
+/// One user's follow counts as projection-svc answered them (`edge_count` row).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EdgeCounts {
     /// The user.
     pub user_id: i64,
-    /// The guard read before aggregating (`None`: no guard yet).
-    pub expected: Option<i64>,
-    /// The last offset of the batch.
-    pub new_guard: i64,
-    /// Per-counter change.
-    pub delta: [i64; FIELDS],
+    /// Accounts the user follows.
+    pub followings: i64,
+    /// Accounts following the user.
+    pub followers: i64,
+    /// Version of the row (grows by one on every change).
+    pub version: i64,
 }
 
-/// Outcome of one guarded apply.
+/// One owned entity's counts with the toggle sequence they reflect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityState {
+    /// `etype:eid`.
+    pub member: String,
+    /// The entity's toggle sequence when the counts were read.
+    pub seq: i64,
+    /// Likes.
+    pub likes: i64,
+    /// Favourites.
+    pub favs: i64,
+}
+
+/// What the sampled check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    /// The guard moved meanwhile: re-read and retry.
-    Conflict,
-    /// The counters do not exist; the guard advanced (a rebuild will cover it).
+pub enum Checked {
+    /// No counter stored (the next read creates it).
     Missing,
-    /// Applied.
-    Done,
+    /// The counter agreed with the facts (or was only behind and was brought forward when
+    /// `written`).
+    Agreed {
+        /// A newer version was copied.
+        written: bool,
+    },
+    /// The counter disagreed with facts of the version it claims: rewritten.
+    Repaired,
 }
 
 /// Counter storage in Redis.
@@ -66,8 +82,7 @@ impl Store {
             let mut conn = self.pool.get().await.map_err(unavailable)?;
             match pipe.query_async::<Vec<Value>>(&mut *conn).await {
                 Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    let (u, e) = (&self.scripts, &self.entity_scripts);
-                    for s in [&u.apply_delta, &u.apply_content, &u.rebuild, &e.toggle, &e.apply, &e.read_or_rebuild, &e.unpend] {
+                    for s in self.scripts.all().into_iter().chain(self.entity_scripts.all()) {
                         s.prepare_invoke().load_async(&mut *conn).await?;
                     }
                     Ok(pipe.query_async::<Vec<Value>>(&mut *conn).await?)
@@ -100,61 +115,107 @@ impl Store {
         self.query(&pipe).await.map(|_| ())
     }
 
-    /// The guard of `field` for each user.
-    pub async fn guards(&self, users: &[i64], field: &str) -> Result<HashMap<i64, Option<i64>>, CacheError> {
+    /// Copies follow counts into the users' counters in one round trip, keeping the newest
+    /// version per user (`force` rewrites an equal version too); returns for each input the
+    /// previous counters when it wrote (`Some(None)`: created), `None` when the stored version
+    /// was newer or equal.
+    pub async fn sync_edges(&self, counts: &[EdgeCounts], force: bool) -> Result<Vec<Option<Option<Sds>>>, CacheError> {
         let mut pipe = redis::pipe();
-        for u in users {
-            pipe.hget(self.keys.user_guard(*u), field);
+        for c in counts {
+            let mut inv = self.scripts.sync_edges.prepare_invoke();
+            self.user_keys(&mut inv, c.user_id);
+            inv.arg(c.followings).arg(c.followers).arg(c.version).arg(if force { "1" } else { "0" });
+            pipe.invoke_script(&inv);
         }
-        let values = self.query(&pipe).await?;
-        Ok(users
+        self.query(&pipe)
+            .await?
+            .into_iter()
+            .map(|v| {
+                let (written, old): (i64, Value) = redis::from_redis_value(v)?;
+                let old = redis::from_redis_value::<Option<Vec<u8>>>(old).ok().flatten().and_then(|b| Sds::decode(&b));
+                Ok((written == 1).then_some(old))
+            })
+            .collect()
+    }
+
+    fn user_keys(&self, inv: &mut redis::ScriptInvocation<'_>, user_id: i64) {
+        let k = &self.keys;
+        inv.key(k.user_counters(user_id)).key(k.user_guard(user_id)).key(k.user_posts(user_id)).key(k.user_received(user_id));
+    }
+
+    /// The sampled check of one user against `counts` (see the script).
+    pub async fn check(&self, counts: EdgeCounts) -> Result<Checked, CacheError> {
+        let mut pipe = redis::pipe();
+        let mut inv = self.scripts.check.prepare_invoke();
+        self.user_keys(&mut inv, counts.user_id);
+        inv.arg(counts.followings).arg(counts.followers).arg(counts.version);
+        pipe.invoke_script(&inv);
+        let v = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
+        let (drift, written): (i64, i64) = redis::from_redis_value(v)?;
+        Ok(match drift {
+            -1 => Checked::Missing,
+            1 => Checked::Repaired,
+            _ => Checked::Agreed { written: written == 1 },
+        })
+    }
+
+    /// Copies entity states into each owner's recv hash (newer sequences only), one script per
+    /// owner in one round trip; returns each owner's (likes, favs) received change.
+    pub async fn owner_sync(&self, owners: &[(i64, Vec<EntityState>)]) -> Result<Vec<(i64, i64)>, CacheError> {
+        let mut pipe = redis::pipe();
+        for (owner, states) in owners {
+            let mut inv = self.scripts.owner_sync.prepare_invoke();
+            inv.key(self.keys.user_counters(*owner)).key(self.keys.user_received(*owner));
+            for st in states {
+                inv.arg(&st.member).arg(st.seq).arg(st.likes).arg(st.favs);
+            }
+            pipe.invoke_script(&inv);
+        }
+        self.query(&pipe).await?.into_iter().map(|v| Ok(redis::from_redis_value::<(i64, i64)>(v)?)).collect()
+    }
+
+    /// The current counts and sequence of each entity (`(etype, eid)`), in one round trip.
+    pub async fn entity_states(&self, entities: &[(String, i64)]) -> Result<Vec<EntityState>, CacheError> {
+        let mut pipe = redis::pipe();
+        for (t, id) in entities {
+            let mut inv = self.entity_scripts.state.prepare_invoke();
+            for k in crate::entities::script_keys(&self.keys.entity(t, *id)) {
+                inv.key(k);
+            }
+            pipe.invoke_script(&inv);
+        }
+        entities
             .iter()
-            .zip(values)
-            .map(|(u, v)| (*u, redis::from_redis_value::<Option<i64>>(v).ok().flatten()))
-            .collect())
+            .zip(self.query(&pipe).await?)
+            .map(|((t, id), v)| {
+                let (seq, likes, favs): (i64, i64, i64) = redis::from_redis_value(v)?;
+                Ok(EntityState { member: format!("{t}:{id}"), seq, likes, favs })
+            })
+            .collect()
     }
 
-    fn outcome(v: &Value) -> Result<Applied, CacheError> {
-        match redis::from_redis_value::<i64>(v.clone())? {
-            -1 => Ok(Applied::Conflict),
-            0 => Ok(Applied::Missing),
-            _ => Ok(Applied::Done),
-        }
-    }
-
-    /// Applies guarded deltas in one pipeline; one outcome per input, in order.
-    pub async fn apply_deltas(&self, field: &str, deltas: &[Delta]) -> Result<Vec<Applied>, CacheError> {
+    /// Up to `limit` entities of the owner's recv hash (all of them when it is smaller).
+    pub async fn received_entities(&self, owner: i64, limit: usize) -> Result<Vec<(String, i64)>, CacheError> {
         let mut pipe = redis::pipe();
-        for d in deltas {
-            let mut inv = self.scripts.apply_delta.prepare_invoke();
-            inv.key(self.keys.user_counters(d.user_id)).key(self.keys.user_guard(d.user_id));
-            inv.arg(field).arg(d.expected.map(|g| g.to_string()).unwrap_or_default()).arg(d.new_guard);
-            for x in d.delta {
-                inv.arg(x);
-            }
-            pipe.invoke_script(&inv);
-        }
-        self.query(&pipe).await?.iter().map(Self::outcome).collect()
+        pipe.cmd("HRANDFIELD").arg(self.keys.user_received(owner)).arg(limit);
+        let v = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
+        let members: Vec<String> = redis::from_redis_value(v).unwrap_or_default();
+        Ok(members.iter().filter_map(|m| parse_member(m)).collect())
     }
 
-    /// Applies each author's content operations (`(published, member)` in log order) guarded
-    /// like [`Self::apply_deltas`]; one outcome per author, in order.
-    pub async fn apply_content(
-        &self,
-        field: &str,
-        authors: &[(i64, Option<i64>, i64, Vec<(bool, String)>)],
-    ) -> Result<Vec<Applied>, CacheError> {
+    /// Applies each author's content events (`(published, member, time_ms)` in log order),
+    /// one script per author in one round trip.
+    pub async fn apply_content(&self, authors: &[(i64, Vec<(bool, String, i64)>)]) -> Result<(), CacheError> {
         let mut pipe = redis::pipe();
-        for (author, expected, new_guard, ops) in authors {
+        for (author, ops) in authors {
             let mut inv = self.scripts.apply_content.prepare_invoke();
-            inv.key(self.keys.user_counters(*author)).key(self.keys.user_guard(*author)).key(self.keys.user_posts(*author));
-            inv.arg(field).arg(expected.map(|g| g.to_string()).unwrap_or_default()).arg(*new_guard);
-            for (published, member) in ops {
-                inv.arg(if *published { "+" } else { "-" }).arg(member);
+            inv.key(self.keys.user_counters(*author)).key(self.keys.user_posts(*author)).key(self.keys.user_post_times(*author));
+            for (published, member, ms) in ops {
+                inv.arg(if *published { "+" } else { "-" }).arg(member).arg(*ms);
             }
-            pipe.invoke_script(&inv);
+            pipe.invoke_script(&inv).ignore();
         }
-        self.query(&pipe).await?.iter().map(Self::outcome).collect()
+        self.query(&pipe).await.map(|_| ())
     }
 
     /// Reads the counters of `users` in one round trip: `None` for missing or malformed.
@@ -169,52 +230,6 @@ impl Store {
             .into_iter()
             .map(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Sds::decode(&b)))
             .collect())
-    }
-
-    /// The whole guard hash of a user: field → last reflected offset.
-    pub async fn guard_map(&self, user_id: i64) -> Result<HashMap<String, i64>, CacheError> {
-        let mut pipe = redis::pipe();
-        pipe.hgetall(self.keys.user_guard(user_id));
-        let v = self.query(&pipe).await?;
-        Ok(v.into_iter().next().map(redis::from_redis_value::<HashMap<String, i64>>).transpose()?.unwrap_or_default())
-    }
-
-    /// Guarded rebuild write (see the script): `Ok(None)` when refused because a guard is
-    /// beyond `positions`; else the previous counters (`Some(None)` when there were none).
-    ///
-    /// `rest_secs` > 0 also starts the user's sampled-check rest period in the same round trip
-    /// (a value just rebuilt from the facts needs no check).
-    pub async fn rebuild(
-        &self,
-        user_id: i64,
-        values: RebuildValues,
-        positions: &[(String, i64)],
-        rest_secs: u64,
-    ) -> Result<Option<Option<Sds>>, CacheError> {
-        let mut pipe = redis::pipe();
-        let mut inv = self.scripts.rebuild.prepare_invoke();
-        inv.key(self.keys.user_counters(user_id)).key(self.keys.user_guard(user_id)).key(self.keys.user_posts(user_id));
-        inv.arg(values.followings).arg(values.followers).arg(values.likes_received).arg(values.favs_received);
-        for (field, last) in positions {
-            inv.arg(field).arg(*last);
-        }
-        pipe.invoke_script(&inv);
-        if rest_secs > 0 {
-            pipe.cmd("SET").arg(self.keys.user_check(user_id)).arg(1).arg("EX").arg(rest_secs).ignore();
-        }
-        let v = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
-        match v {
-            Value::Int(-1) => Ok(None),
-            Value::Array(items) => {
-                let old = items.into_iter().next().and_then(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten());
-                Ok(Some(old.and_then(|b| Sds::decode(&b))))
-            }
-            other => Err(CacheError::Command(RedisError::from((
-                redis::ErrorKind::Client,
-                "unexpected reply of the rebuild script",
-                format!("{other:?}"),
-            )))),
-        }
     }
 
     /// Starts the sampled-check rest period of every user in `users` whose period is over, in
@@ -236,15 +251,8 @@ impl Store {
     }
 }
 
-/// Values a rebuild writes (posts come from the posts set inside the script).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RebuildValues {
-    /// Accounts the user follows.
-    pub followings: i64,
-    /// Accounts following the user.
-    pub followers: i64,
-    /// Likes received.
-    pub likes_received: i64,
-    /// Favourites received.
-    pub favs_received: i64,
+/// `etype:eid` → (etype, eid).
+pub fn parse_member(m: &str) -> Option<(String, i64)> {
+    let (t, id) = m.rsplit_once(':')?;
+    Some((t.to_owned(), id.parse().ok()?))
 }

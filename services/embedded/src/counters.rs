@@ -67,8 +67,11 @@ fn placeholders(n: usize) -> String {
 }
 
 fn db_error(e: DbErr) -> ApiError {
-    if socialgraph_storage::is_retryable(&e) {
-        ApiError::Unavailable(format!("database busy: {e}"))
+    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
+    // in the log, not in the answer.
+    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
+        tracing::warn!(error = %e, "database unavailable");
+        ApiError::Unavailable("database unavailable; retry".into())
     } else {
         ApiError::internal(e)
     }

@@ -1,6 +1,7 @@
 //! Applying relation events to the follower table, effectively-once: an event changes an edge
 //! only when its version is newer than the stored one, and the partition's next offset is
-//! stored in the same transaction as the rows of the batch.
+//! stored in the same transaction as the rows of the batch, together with the change of every
+//! touched user's `edge_count` row (the exact counts counter-svc copies).
 
 use std::collections::HashMap;
 
@@ -11,6 +12,7 @@ use sea_orm::DatabaseConnection;
 use socialgraph_domain::{Edge, EdgeState, timestamp_to_ms};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_storage::counts::{self, CountDelta};
 use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use tracing::Instrument;
@@ -82,20 +84,37 @@ impl Projector {
             .map(|e| ((e.follower_id, e.followee_id), e))
             .collect();
         let (mut inserts, mut changed) = (Vec::new(), 0u64);
+        let mut deltas: HashMap<i64, CountDelta> = HashMap::new();
         for (key, edge) in newest {
-            match stored.get(key) {
-                None => inserts.push(*edge),
+            let old = match stored.get(key) {
+                None => {
+                    inserts.push(*edge);
+                    None
+                }
                 Some(old) if edge.version > old.version => {
                     edges::update(&txn, EdgeTable::Follower, edge).await?;
                     changed += 1;
+                    Some(old.state)
                 }
-                Some(_) => self.skipped.with_label_values(&["stale"]).inc(),
+                Some(_) => {
+                    self.skipped.with_label_values(&["stale"]).inc();
+                    continue;
+                }
+            };
+            let d = counts::transition(old, edge.state);
+            if d != 0 {
+                deltas.entry(edge.follower_id).or_insert_with(|| CountDelta { user_id: edge.follower_id, ..CountDelta::default() }).followings += d;
+                deltas.entry(edge.followee_id).or_insert_with(|| CountDelta { user_id: edge.followee_id, ..CountDelta::default() }).followers += d;
             }
         }
         changed += inserts.len() as u64;
         for chunk in inserts.chunks(1000) {
             edges::insert(&txn, EdgeTable::Follower, chunk).await?;
         }
+        // Last before the offset: the hot rows of popular accounts stay locked only until the
+        // commit right after.
+        let deltas: Vec<CountDelta> = deltas.into_values().collect();
+        counts::add(&txn, &deltas).await?;
         offsets::store(&txn, &self.consumer, topic, position, crate::now_ms()).await?;
         txn.commit().await?;
         Ok(changed)

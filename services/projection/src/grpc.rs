@@ -71,7 +71,25 @@ impl ProjectionService for ProjectionGrpc {
             .iter()
             .map(|o| pb::PartitionOffset { topic: self.projection.topic.clone(), partition: o.partition, next_offset: o.next_offset })
             .collect();
-        Ok(Response::new(pb::GetEdgeCountsResponse { followings: c.followings, followers: c.followers, offsets }))
+        Ok(Response::new(pb::GetEdgeCountsResponse { followings: c.followings, followers: c.followers, offsets, version: c.version }))
+    }
+
+    async fn batch_get_edge_counts(
+        &self,
+        req: Request<pb::BatchGetEdgeCountsRequest>,
+    ) -> Result<Response<pb::BatchGetEdgeCountsResponse>, Status> {
+        let ids = req.into_inner().user_ids;
+        socialgraph_domain::validate_batch("user_ids", &ids).map_err(ApiError::from)?;
+        let (counts, offsets) = self.projection.batch_edge_counts(&ids).await?;
+        let counts = counts
+            .into_iter()
+            .map(|c| pb::UserEdgeCounts { user_id: c.user_id, followings: c.followings, followers: c.followers, version: c.version })
+            .collect();
+        let offsets = offsets
+            .iter()
+            .map(|o| pb::PartitionOffset { topic: self.projection.topic.clone(), partition: o.partition, next_offset: o.next_offset })
+            .collect();
+        Ok(Response::new(pb::BatchGetEdgeCountsResponse { counts, offsets }))
     }
 
     async fn get_projection_status(

@@ -10,6 +10,7 @@ use socialgraph_proto::relation::v1 as rpb;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::counts::{CountDelta, EdgeCount};
 use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry, ScanFilter};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use tonic::transport::Channel;
@@ -39,6 +40,8 @@ pub struct EdgeCounts {
     pub followings: i64,
     /// Accounts following the user.
     pub followers: i64,
+    /// The counts' version in `edge_count` (grows by one on every change; 0 = none yet).
+    pub version: i64,
     /// Stored offsets, read in the same snapshot.
     pub offsets: Vec<StoredOffset>,
 }
@@ -55,9 +58,13 @@ pub struct RebuildCounts {
 }
 
 fn db_error(e: DbErr) -> ApiError {
-    match e {
-        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ApiError::Unavailable("database unreachable".into()),
-        other => ApiError::internal(other),
+    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
+    // in the log, not in the answer.
+    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
+        tracing::warn!(error = %e, "database unavailable");
+        ApiError::Unavailable("database unavailable; retry".into())
+    } else {
+        ApiError::internal(e)
     }
 }
 
@@ -119,22 +126,34 @@ impl Projection {
         edges::count(&self.db, EdgeTable::Follower, Col::FolloweeId, user_id).await.map_err(db_error)
     }
 
-    /// Followings and followers of `user_id` and the stored offsets, in one snapshot.
+    /// Followings and followers of `user_id` with their version, and the stored offsets, in
+    /// one snapshot.
     ///
     /// # Errors
     /// INVALID_ARGUMENT for a bad id; UNAVAILABLE.
     pub async fn edge_counts(&self, user_id: i64) -> ApiResult<EdgeCounts> {
         validate_user_id("user_id", user_id)?;
+        let (mut counts, offsets) = self.batch_edge_counts(&[user_id]).await?;
+        let c = counts.pop().unwrap_or_default();
+        Ok(EdgeCounts { followings: c.followings, followers: c.followers, version: c.version, offsets })
+    }
+
+    /// The `edge_count` rows of `user_ids` (in request order; zeros and version 0 for a user
+    /// without one) and the stored offsets, read in one snapshot. Ids are validated by the
+    /// caller.
+    ///
+    /// # Errors
+    /// UNAVAILABLE.
+    pub async fn batch_edge_counts(&self, user_ids: &[i64]) -> ApiResult<(Vec<EdgeCount>, Vec<StoredOffset>)> {
         let read = async {
             let txn = match self.db.get_database_backend() {
                 DbBackend::Sqlite => self.db.begin().await?,
                 _ => self.db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await?,
             };
-            let followings = edges::count(&txn, EdgeTable::Follower, Col::FollowerId, user_id).await?;
-            let followers = edges::count(&txn, EdgeTable::Follower, Col::FolloweeId, user_id).await?;
+            let counts = socialgraph_storage::counts::get_many(&txn, user_ids).await?;
             let offsets = offsets::list(&txn, &self.consumer, &self.topic).await?;
             txn.commit().await?;
-            Ok::<_, DbErr>(EdgeCounts { followings, followers, offsets })
+            Ok::<_, DbErr>((counts, offsets))
         };
         read.await.map_err(db_error)
     }
@@ -177,20 +196,32 @@ impl Projection {
             (None, None) => None,
             (Some(_), _) => Some(self.source_edge(key.0, key.1).await?),
         };
-        match (target, stored) {
+        let new_state = match (target, stored) {
             (Some(Some(s)), None) => {
                 edges::insert(&txn, EdgeTable::Follower, &[s]).await.map_err(db_error)?;
                 counts.rows_written += 1;
+                Some(s.state)
             }
             (Some(Some(s)), Some(t)) if s != t => {
                 edges::update(&txn, EdgeTable::Follower, &s).await.map_err(db_error)?;
                 counts.rows_written += 1;
+                Some(s.state)
             }
             (Some(None), Some(_)) => {
                 edges::delete(&txn, EdgeTable::Follower, key.0, key.1).await.map_err(db_error)?;
                 counts.rows_deleted += 1;
+                Some(EdgeState::NotFollowing)
             }
-            _ => {}
+            _ => None,
+        };
+        // The user counts move with the repaired row, in the same transaction.
+        if let Some(new_state) = new_state {
+            let d = socialgraph_storage::counts::transition(stored.map(|t| t.state), new_state);
+            let deltas = [
+                CountDelta { user_id: key.0, followings: d, followers: 0 },
+                CountDelta { user_id: key.1, followings: 0, followers: d },
+            ];
+            socialgraph_storage::counts::add(&txn, &deltas).await.map_err(db_error)?;
         }
         txn.commit().await.map_err(db_error)
     }
@@ -227,6 +258,8 @@ impl Projection {
         for key in keys {
             self.repair(key, source.get(&key).copied(), &mut counts).await?;
         }
+        // The rows now agree with the source; make the user's own counts agree with the rows.
+        socialgraph_storage::counts::recount(&self.db, &[user_id]).await.map_err(db_error)?;
         Ok(counts)
     }
 

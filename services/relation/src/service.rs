@@ -138,9 +138,13 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 pub(crate) fn db_error(e: DbErr) -> ApiError {
-    match e {
-        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ApiError::Unavailable("database unreachable".into()),
-        other => ApiError::internal(other),
+    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
+    // in the log, not in the answer.
+    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
+        tracing::warn!(error = %e, "database unavailable");
+        ApiError::Unavailable("database unavailable; retry".into())
+    } else {
+        ApiError::internal(e)
     }
 }
 

@@ -1,0 +1,195 @@
+//! The three-service mesh of the integration tests: topics, configurations, start, settle.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socialgraph_testkit::{Backend, TestDb};
+
+use crate::*;
+
+/// Topic names of one test mesh.
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// Relation events.
+    pub relation: String,
+    /// Content events.
+    pub content: String,
+    /// Action events.
+    pub counter: String,
+}
+
+impl Topics {
+    /// Fresh names.
+    pub fn fresh() -> Self {
+        let id = socialgraph_testkit::unique("");
+        Self { relation: format!("sg.relation.t{id}"), content: format!("sg.content.t{id}"), counter: format!("sg.counter.t{id}") }
+    }
+}
+
+/// A counter-svc configuration for tests: shared Redis under `key_prefix`, the given topics,
+/// projection-svc at `projection`.
+pub fn counter_config(redis_url: &str, key_prefix: &str, topics: &Topics, projection: SocketAddr) -> CounterConfig {
+    counter_config_on(redis_url, key_prefix, topics, projection, &socialgraph_testkit::kafka::brokers())
+}
+
+/// [`counter_config`] against the broker at `brokers`.
+pub fn counter_config_on(redis_url: &str, key_prefix: &str, topics: &Topics, projection: SocketAddr, brokers: &[String]) -> CounterConfig {
+    let mut c = CounterConfig::default();
+    c.redis.url = redis_url.to_owned();
+    c.redis.key_prefix = key_prefix.to_owned();
+    // Tests share 2 cores with databases and a broker: allow slow round trips.
+    c.redis.timeout_ms = 5_000;
+    c.kafka.brokers = brokers.to_vec();
+    c.kafka.relation_topic = topics.relation.clone();
+    c.kafka.content_topic = topics.content.clone();
+    c.kafka.counter_topic = topics.counter.clone();
+    c.kafka.partitions = 4;
+    c.projection.url = format!("http://{projection}");
+    c.auth.admin_token = Some(ADMIN_TOKEN.into());
+    c
+}
+
+/// Waits until counter-svc's stored offsets (Redis hash `sg:coff:{counter}` under
+/// `key_prefix`) equal the high watermarks of every partition of `topics`.
+///
+/// # Errors
+/// Timed out.
+pub async fn counter_caught_up(redis_url: &str, key_prefix: &str, topics: &[&str], deadline: Duration) -> anyhow::Result<()> {
+    counter_caught_up_on(&socialgraph_testkit::kafka::brokers(), redis_url, key_prefix, topics, deadline).await
+}
+
+/// [`counter_caught_up`] against the broker at `brokers`.
+///
+/// # Errors
+/// Timed out.
+pub async fn counter_caught_up_on(brokers: &[String], redis_url: &str, key_prefix: &str, topics: &[&str], deadline: Duration) -> anyhow::Result<()> {
+    let kafka = socialgraph_testkit::kafka::connect(brokers).await?;
+    let redis = redis_url;
+    let key = socialgraph_cache::keys::Keys::new(key_prefix).consumer_offsets("counter");
+    socialgraph_testkit::eventually(deadline, "counter-svc to reach the high watermarks", || {
+        let (kafka, redis, key) = (&kafka, &redis, &key);
+        async move {
+            let mut conn = redis_conn(redis).await?;
+            let stored: std::collections::HashMap<String, i64> = redis::AsyncCommands::hgetall(&mut conn, key).await?;
+            for t in topics {
+                for (p, hw) in socialgraph_testkit::kafka::high_watermarks(kafka, t).await? {
+                    if hw > 0 && stored.get(&format!("{t}/{p}")) != Some(&hw) {
+                        return Ok(None);
+                    }
+                }
+            }
+            Ok(Some(()))
+        }
+    })
+    .await
+}
+
+/// relation-svc, projection-svc and counter-svc on one fresh database, topics and key prefix.
+pub struct Mesh {
+    /// The database.
+    pub db: TestDb,
+    /// Topics.
+    pub topics: Topics,
+    /// Redis URL of counter-svc.
+    pub redis_url: String,
+    /// Key prefix of counter-svc.
+    pub prefix: String,
+    /// relation-svc.
+    pub relation: Svc,
+    /// projection-svc.
+    pub projection: Svc,
+    /// counter-svc.
+    pub counter: Svc,
+    /// The broker every service of this mesh uses.
+    pub brokers: Vec<String>,
+}
+
+impl Mesh {
+    /// Starts the three services; counter-svc uses Redis at `redis_url`.
+    ///
+    /// # Errors
+    /// A dependency is missing.
+    pub async fn start(redis_url: &str) -> anyhow::Result<Self> {
+        Self::start_on(Backend::Postgres, redis_url, &socialgraph_testkit::kafka::brokers()).await
+    }
+
+    /// Starts the three services on a fresh database of `backend`, counter-svc on Redis at
+    /// `redis_url`, all against the broker at `brokers`.
+    ///
+    /// # Errors
+    /// A dependency is missing.
+    pub async fn start_on(backend: Backend, redis_url: &str, brokers: &[String]) -> anyhow::Result<Self> {
+        let db = TestDb::create(backend).await?;
+        let topics = Topics::fresh();
+        let mut rc = relation_config(&db.url, &topics.relation);
+        rc.kafka.brokers = brokers.to_vec();
+        let relation = spawn_relation(rc).await?;
+        let mut pc = projection_config(&db.url, &topics.relation, relation.addr);
+        pc.kafka.brokers = brokers.to_vec();
+        let projection = spawn_projection(pc).await?;
+        let prefix = socialgraph_testkit::unique("c") + ":";
+        let counter = spawn_counter(counter_config_on(redis_url, &prefix, &topics, projection.addr, brokers)).await?;
+        Ok(Self { db, topics, redis_url: redis_url.to_owned(), prefix, relation, projection, counter, brokers: brokers.to_vec() })
+    }
+
+    /// The relation-svc configuration of this mesh (to restart it on the same database and
+    /// topic).
+    pub fn relation_config(&self) -> RelationConfig {
+        let mut c = relation_config(&self.db.url, &self.topics.relation);
+        c.kafka.brokers = self.brokers.clone();
+        c
+    }
+
+    /// The counter-svc configuration of this mesh (to restart it).
+    pub fn counter_config(&self) -> CounterConfig {
+        counter_config_on(&self.redis_url, &self.prefix, &self.topics, self.projection.addr, &self.brokers)
+    }
+
+    /// Waits until the outbox is drained and projection-svc and counter-svc applied everything.
+    ///
+    /// # Errors
+    /// Timed out.
+    pub async fn settle(&self, deadline: Duration) -> anyhow::Result<()> {
+        outbox_drained(&self.db, deadline).await?;
+        self.likes_relayed(deadline).await?;
+        projection_caught_up(&self.projection, &self.brokers, &self.topics.relation, deadline).await?;
+        let topics = [self.topics.relation.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
+        counter_caught_up_on(&self.brokers, &self.redis_url, &self.prefix, &topics, deadline).await
+    }
+
+    /// Waits until counter-svc's like/fav outboxes are empty (every event handed to the broker).
+    ///
+    /// # Errors
+    /// Timed out.
+    pub async fn likes_relayed(&self, deadline: Duration) -> anyhow::Result<()> {
+        let keys = socialgraph_cache::keys::Keys::new(self.prefix.clone());
+        socialgraph_testkit::eventually(deadline, "counter-svc's like/fav outboxes to drain", || {
+            let (keys, url) = (&keys, &self.redis_url);
+            async move {
+                let mut conn = redis_conn(url).await?;
+                let members: Vec<String> = redis::AsyncCommands::zrange(&mut conn, keys.pending_entities(), 0, -1).await?;
+                for m in members {
+                    let Some((t, id)) = m.rsplit_once(':') else { continue };
+                    let len: i64 = redis::AsyncCommands::llen(&mut conn, keys.entity(t, id.parse()?).outbox()).await?;
+                    if len > 0 {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            }
+        })
+        .await
+    }
+
+    /// Stops everything and drops the database.
+    ///
+    /// # Errors
+    /// A service ended with an error.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.counter.stop().await?;
+        self.projection.stop().await?;
+        self.relation.stop().await?;
+        self.db.drop_db().await
+    }
+}
+

@@ -1,0 +1,245 @@
+//! The like/fav outbox and its relay. The toggle script appends each fact change to the
+//! entity's outbox list (`sg:obx:{etype:eid}`) in the same atomic step as the change, and the
+//! entity is indexed in `sg:pending:entities` just before. The relay publishes every indexed
+//! outbox to `sg.counter.v1` in sequence order (key = `etype:eid`, so one partition per
+//! entity), trims what the broker acknowledged, and drops an entity from the index once its
+//! outbox is empty and it has been quiet for `quiet_ms`. While the broker is down nothing is
+//! trimmed: the events wait, the toggles keep answering. A crash between the acknowledgement
+//! and the trim publishes some events twice, which every consumer ignores.
+//!
+//! One relay publishes at a time: replicas take a lease in Redis (`sg:relay:counter`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounter;
+use prost::Message;
+use redis::Value;
+use socialgraph_events::{KeyedRecord, Producer};
+use socialgraph_proto::counter::v1 as pb;
+use socialgraph_proto::events::v1::Metric;
+use tokio::sync::{Notify, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::entities::{action_event, now_ms};
+use crate::store::{Store, parse_member};
+
+/// Entities read from the index per round.
+const ENTITIES_PER_ROUND: isize = 500;
+/// Events taken from one entity's outbox per round.
+const EVENTS_PER_ENTITY: isize = 200;
+/// Lease of the relay (ms); renewed every round.
+const LEASE_MS: u64 = 10_000;
+
+/// The outbox entry of one toggle without its sequence (the script prepends `seq|`):
+/// `actor|owner|metric|delta|time_ms|traceparent` (traceparent of the current span, W3C).
+pub fn entry_template(actor_id: i64, owner_id: i64, metric: Metric, delta: i32, at_ms: i64) -> String {
+    let mut headers = BTreeMap::new();
+    socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
+    let tp = headers.remove(socialgraph_events::headers::TRACEPARENT).unwrap_or_default();
+    format!("{actor_id}|{owner_id}|{}|{delta}|{at_ms}|{tp}", metric as i32)
+}
+
+/// One parsed outbox entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The entity's toggle sequence of the change.
+    pub seq: i64,
+    /// Who acted.
+    pub actor_id: i64,
+    /// The entity's owner as given (0 = unknown).
+    pub owner_id: i64,
+    /// Like or fav.
+    pub metric: Metric,
+    /// +1 or -1.
+    pub delta: i32,
+    /// When the toggle happened (ms).
+    pub at_ms: i64,
+    /// W3C traceparent of the toggle's span ('' when none).
+    pub traceparent: String,
+}
+
+/// Parses `seq|actor|owner|metric|delta|time_ms|traceparent`; `None` when malformed.
+pub fn parse_entry(text: &str) -> Option<Entry> {
+    let mut it = text.splitn(7, '|');
+    let mut num = || it.next()?.parse::<i64>().ok();
+    let (seq, actor_id, owner_id, metric, delta, at_ms) = (num()?, num()?, num()?, num()?, num()?, num()?);
+    let traceparent = it.next().unwrap_or_default().to_owned();
+    Some(Entry {
+        seq,
+        actor_id,
+        owner_id,
+        metric: Metric::try_from(metric as i32).ok()?,
+        delta: delta as i32,
+        at_ms,
+        traceparent,
+    })
+}
+
+/// The relay of the like/fav outboxes.
+pub struct Relay {
+    /// Redis.
+    pub store: Store,
+    /// Topic of action events.
+    pub topic: String,
+    /// Set once the broker is reachable.
+    pub producer: Arc<OnceCell<Producer>>,
+    /// Woken by toggles.
+    pub wake: Arc<Notify>,
+    /// How long an entity stays indexed after its last toggle.
+    pub quiet_ms: i64,
+    /// Events acknowledged by the broker.
+    pub published: IntCounter,
+    /// Rounds that could not publish (broker down): the events wait.
+    pub failures: IntCounter,
+    /// This replica's lease holder id.
+    pub holder: String,
+}
+
+/// Takes or renews the lease; true while this replica holds it.
+const LEASE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0
+";
+
+impl Relay {
+    async fn lease(&self) -> Result<bool, socialgraph_cache::CacheError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL").arg(LEASE).arg(1).arg(self.store.keys.relay_lease()).arg(&self.holder).arg(LEASE_MS);
+        let v = self.store.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
+        Ok(redis::from_redis_value::<i64>(v).unwrap_or(0) == 1)
+    }
+
+    /// One round: publishes what the indexed outboxes hold; returns how many events the broker
+    /// acknowledged.
+    ///
+    /// # Errors
+    /// Redis or the broker failed (nothing was trimmed that was not acknowledged).
+    pub async fn round(&self) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+        let index = self.store.keys.pending_entities();
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZRANGE").arg(&index).arg(0).arg(ENTITIES_PER_ROUND - 1).arg("WITHSCORES");
+        let members: Vec<(String, i64)> =
+            self.store.query(&pipe).await?.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
+        let entities: Vec<(String, i64, (String, i64))> =
+            members.into_iter().filter_map(|(m, score)| parse_member(&m).map(|e| (m, score, e))).collect();
+        if entities.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for (_, _, (t, id)) in &entities {
+            pipe.lrange(self.store.keys.entity(t, *id).outbox(), 0, EVENTS_PER_ENTITY - 1);
+        }
+        let outboxes: Vec<Vec<String>> =
+            self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or_default()).collect();
+        let mut records = Vec::new();
+        for ((_, _, (t, id)), entries) in entities.iter().zip(&outboxes) {
+            let entity = pb::EntityRef { entity_type: t.clone(), entity_id: *id };
+            for text in entries {
+                // A malformed entry is published nowhere but still trimmed below.
+                if let Some(e) = parse_entry(text) {
+                    records.push(self.record(&entity, &e));
+                }
+            }
+        }
+        if !records.is_empty() {
+            let Some(producer) = self.producer.get() else {
+                return Err("the broker is not connected yet".into());
+            };
+            let n = records.len();
+            if let (_, Some(e)) = producer.produce(records).await {
+                return Err(Box::new(e));
+            }
+            self.published.inc_by(n as u64);
+        }
+        // Trim what was published; drop quiet entities whose outbox is now empty.
+        let mut pipe = redis::pipe();
+        for ((_, _, (t, id)), entries) in entities.iter().zip(&outboxes) {
+            let key = self.store.keys.entity(t, *id).outbox();
+            pipe.ltrim(&key, entries.len() as isize, -1).ignore();
+            pipe.llen(&key);
+        }
+        let lengths: Vec<i64> =
+            self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or(1)).collect();
+        let quiet_before = now_ms() - self.quiet_ms;
+        let mut pipe = redis::pipe();
+        for ((member, score, _), len) in entities.iter().zip(lengths) {
+            if len == 0 && *score < quiet_before {
+                let mut inv = self.store.entity_scripts.unpend.prepare_invoke();
+                inv.key(&index).arg(member).arg(*score);
+                pipe.invoke_script(&inv).ignore();
+            }
+        }
+        self.store.query(&pipe).await?;
+        Ok(outboxes.iter().map(Vec::len).sum())
+    }
+
+    fn record(&self, entity: &pb::EntityRef, e: &Entry) -> KeyedRecord {
+        let (event, mut headers) = action_event(entity, e.actor_id, e.owner_id, e.metric, e.delta, e.seq, e.at_ms);
+        if e.traceparent.is_empty() {
+            headers.remove(socialgraph_events::headers::TRACEPARENT);
+        } else {
+            headers.insert(socialgraph_events::headers::TRACEPARENT.to_owned(), e.traceparent.clone());
+        }
+        KeyedRecord {
+            topic: self.topic.clone(),
+            key: format!("{}:{}", entity.entity_type, entity.entity_id).into_bytes(),
+            value: event.encode_to_vec(),
+            headers: headers.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(),
+            timestamp_ms: e.at_ms,
+        }
+    }
+
+    /// Runs rounds until `cancel` fires: at once after a toggle or a full round, every 200 ms
+    /// when idle, backing off up to 5 s while the broker or Redis fails.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            let pause = match self.lease().await {
+                Ok(true) => match self.round().await {
+                    Ok(n) => {
+                        failures = 0;
+                        if n > 0 { Duration::ZERO } else { Duration::from_millis(200) }
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        self.failures.inc();
+                        tracing::debug!(error = %e, "like/fav outbox not relayed; retrying");
+                        Duration::from_millis((50u64 << failures.min(7)).min(5_000))
+                    }
+                },
+                Ok(false) => Duration::from_millis(LEASE_MS / 4),
+                Err(e) => {
+                    tracing::debug!(error = %e, "relay lease unavailable");
+                    Duration::from_secs(1)
+                }
+            };
+            if !pause.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = self.wake.notified(), if failures == 0 => {}
+                    _ = cancel.cancelled() => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_with_and_without_trace_context() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let e = parse_entry(&format!("7|42|9|2|-1|1700000000000|{tp}")).unwrap();
+        assert_eq!((e.seq, e.actor_id, e.owner_id, e.metric, e.delta, e.at_ms), (7, 42, 9, Metric::Fav, -1, 1_700_000_000_000));
+        assert_eq!(e.traceparent, tp);
+        assert_eq!(parse_entry("1|2|0|1|1|5|").unwrap().traceparent, "");
+        assert_eq!(parse_entry("1|2|0|9|1|5|"), None, "unknown metric");
+        assert_eq!(parse_entry("garbage"), None);
+    }
+}
