@@ -167,17 +167,13 @@ async fn drift_written_by_hand_during_a_workload_is_repaired_by_the_sampled_chec
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn database_connections_terminated_mid_request_answer_unavailable_never_internal() -> anyhow::Result<()> {
     let (db, svc, _topic) = relation_on(Backend::Postgres, |_| {}).await?;
-    let name = db.url.rsplit('/').next().unwrap_or_default().to_owned();
-    let admin = socialgraph_storage::connect("postgres://postgres@127.0.0.1:5432/postgres", 1).await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let killer = {
-        let stop = stop.clone();
+        let (stop, url) = (stop.clone(), db.url.clone());
         tokio::spawn(async move {
             let mut killed = 0i64;
             while !stop.is_cancelled() {
-                let sql = format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()");
-                let row = sea_orm::ConnectionTrait::query_one_raw(&admin, sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, sql)).await?;
-                killed += row.map(|r| r.try_get_by_index::<i64>(0)).transpose()?.unwrap_or(0);
+                killed += terminate_connections(&url).await?;
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
             anyhow::Ok(killed)
