@@ -210,13 +210,13 @@ pub async fn terminate_connections(db_url: &str) -> anyhow::Result<i64> {
         admin.close().await?;
         return Ok(row.map(|r| r.try_get_by_index::<i64>(0)).transpose()?.unwrap_or(0));
     }
-    let admin = socialgraph_storage::connect(server, 1).await?;
+    let admin = socialgraph_storage::connect(&format!("{server}/mysql"), 1).await?;
     let sql = format!("SELECT id FROM information_schema.processlist WHERE db = '{name}' AND id <> CONNECTION_ID()");
     let ids: Vec<i64> = admin
         .query_all_raw(Statement::from_string(DbBackend::MySql, sql))
         .await?
         .iter()
-        .filter_map(|r| r.try_get_by_index::<u64>(0).ok().map(|v| v as i64))
+        .filter_map(|r| r.try_get_by_index::<i64>(0).ok().or_else(|| r.try_get_by_index::<u64>(0).ok().map(|v| v as i64)))
         .collect();
     for id in &ids {
         // The connection may have ended on its own meanwhile.
