@@ -8,6 +8,9 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const EVENT_TYPE: &str = "event-type";
 /// Header naming the schema version (`v1`).
 pub const SCHEMA: &str = "schema";
+/// Header naming the outbox row a record was published from (decimal id); a new relay leader
+/// reads it back to skip rows its predecessor published but could not delete.
+pub const OUTBOX_ID: &str = "outbox-id";
 
 /// Encodes headers as `name: value` lines (names and values must not contain newlines).
 pub fn encode(headers: &BTreeMap<String, String>) -> String {

@@ -121,6 +121,21 @@ impl Producer {
         Ok(n)
     }
 
+    /// The value of header `name` on the last record of `topic`/`partition` (`None` when the
+    /// partition is empty or the record has no such header).
+    ///
+    /// # Errors
+    /// The broker could not be reached.
+    pub async fn last_header(&self, topic: &str, partition: i32, name: &str) -> Result<Option<Vec<u8>>, KafkaError> {
+        let pc = self.partition_client(topic, partition).await?;
+        let end = pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?;
+        if end <= 0 {
+            return Ok(None);
+        }
+        let (records, _) = pc.fetch_records(end - 1, 1..4_000_000, 0).await.map_err(kerr(format!("fetch {topic}/{partition}")))?;
+        Ok(records.into_iter().filter(|r| r.offset == end - 1).find_map(|r| r.record.headers.get(name).cloned()))
+    }
+
     async fn partition_client(&self, topic: &str, partition: i32) -> Result<Arc<PartitionClient>, KafkaError> {
         let key = (topic.to_owned(), partition);
         if let Some(c) = self.partitions.lock().await.get(&key) {
@@ -197,12 +212,36 @@ impl EventSink for KafkaSink {
                 topic: r.row.topic.clone(),
                 key: r.row.partition_key.to_be_bytes().to_vec(),
                 value: r.row.payload.clone(),
-                headers: crate::headers::decode(&r.row.headers),
+                headers: {
+                    let mut h = crate::headers::decode(&r.row.headers);
+                    h.insert(crate::headers::OUTBOX_ID.to_owned(), r.id.to_string().into_bytes());
+                    h
+                },
                 timestamp_ms: r.row.created_at_ms,
             })
             .collect();
         let (acked, error) = self.producer.produce(records).await;
         PublishOutcome { acked: rows.iter().zip(acked).filter(|(_, a)| *a).map(|(r, _)| r.id).collect(), error }
+    }
+
+    /// Reads the `outbox-id` header of the last record of each partition the rows map to: a row
+    /// at or below it on its partition was published (the relay publishes each partition's rows
+    /// in id order and waits for the acknowledgement before the next batch).
+    async fn already_published(&self, rows: &[OutboxRow]) -> Result<Vec<i64>, KafkaError> {
+        let mut last: BTreeMap<(String, i32), Option<i64>> = BTreeMap::new();
+        let mut placed = Vec::with_capacity(rows.len());
+        for r in rows {
+            let n = self.producer.topic_partitions(&r.row.topic).await?;
+            let p = crate::kafka_partition(&r.row.partition_key.to_be_bytes(), n);
+            let key = (r.row.topic.clone(), p);
+            if !last.contains_key(&key) {
+                let header = self.producer.last_header(&key.0, p, crate::headers::OUTBOX_ID).await?;
+                let id = header.and_then(|h| String::from_utf8(h).ok()).and_then(|s| s.parse::<i64>().ok());
+                last.insert(key.clone(), id);
+            }
+            placed.push((r.id, key));
+        }
+        Ok(placed.into_iter().filter(|(id, key)| last[key].is_some_and(|max| *id <= max)).map(|(id, _)| id).collect())
     }
 }
 

@@ -2,7 +2,10 @@
 //! order and deletes them after the sink acknowledged. It wakes at once on a local commit
 //! (through a [`Notify`]) and polls every `idle_poll` for commits of other replicas. Sink
 //! failures back off exponentially and retry the same rows, so nothing is lost; a row may be
-//! published twice (acknowledged, then the delete failed), which consumers absorb.
+//! published twice (acknowledged, then the delete failed), which consumers absorb. A replica
+//! taking the lead first asks the sink which head rows it already holds and deletes those
+//! unpublished, so a leader's crash between the acknowledgement and the delete does not
+//! publish its last batch again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +33,10 @@ pub trait EventSink: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
     /// Publishes `rows`, reporting which were acknowledged.
     fn publish(&self, rows: &[OutboxRow]) -> impl std::future::Future<Output = PublishOutcome<Self::Error>> + Send;
+    /// The ids among `rows` (the head of the outbox, in id order) that the sink already holds:
+    /// published by an earlier leader that died before deleting them. Only ids the sink can
+    /// prove may be returned; when in doubt a row is published again (consumers absorb copies).
+    fn already_published(&self, rows: &[OutboxRow]) -> impl std::future::Future<Output = Result<Vec<i64>, Self::Error>> + Send;
 }
 
 /// Relay settings.
@@ -72,6 +79,8 @@ pub struct RelayMetrics {
     pub errors: IntCounter,
     /// 1 while this replica is the relay leader.
     pub leader: IntGauge,
+    /// Rows a new leader found already published (by its predecessor) and deleted unpublished.
+    pub skipped: IntCounter,
 }
 
 impl RelayMetrics {
@@ -86,12 +95,14 @@ impl RelayMetrics {
             published: IntCounter::new("sg_relay_published_total", "Outbox rows published and deleted")?,
             errors: IntCounter::new("sg_relay_errors_total", "Failed relay rounds")?,
             leader: IntGauge::new("sg_relay_leader", "1 while this replica leads the outbox relay")?,
+            skipped: IntCounter::new("sg_relay_already_published_total", "Outbox rows a new leader found already published and deleted")?,
         };
         registry.register(Box::new(m.backlog.clone()))?;
         registry.register(Box::new(m.lag_ms.clone()))?;
         registry.register(Box::new(m.published.clone()))?;
         registry.register(Box::new(m.errors.clone()))?;
         registry.register(Box::new(m.leader.clone()))?;
+        registry.register(Box::new(m.skipped.clone()))?;
         Ok(m)
     }
 }
@@ -121,10 +132,36 @@ pub async fn run_relay<S: EventSink>(
         };
         metrics.leader.set(1);
         tracing::info!("relay: leading");
+        match skip_published(&db, sink.as_ref(), &config).await {
+            Ok(0) => {}
+            Ok(n) => {
+                metrics.skipped.inc_by(n as u64);
+                tracing::info!(rows = n, "relay: deleted outbox rows the previous leader had published");
+            }
+            Err(e) => tracing::warn!(error = %e, "relay: could not check what the previous leader published; its last rows may be published twice"),
+        }
         lead(&db, sink.as_ref(), &wake, &config, &metrics, &cancel, &lock).await;
         metrics.leader.set(0);
         if let Err(e) = lock.release().await {
             tracing::warn!(error = %e, "relay: releasing the leader lock failed");
+        }
+    }
+}
+
+/// On taking the lead: deletes the outbox rows at the head that the sink already holds (the
+/// previous leader published them and died before its delete). Returns how many.
+async fn skip_published<S: EventSink>(db: &DatabaseConnection, sink: &S, config: &RelayConfig) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+    let mut total = 0;
+    loop {
+        let rows = outbox::fetch(db, config.batch_size).await?;
+        if rows.is_empty() {
+            return Ok(total);
+        }
+        let done = sink.already_published(&rows).await?;
+        outbox::delete(db, &done).await?;
+        total += done.len();
+        if done.len() < rows.len() {
+            return Ok(total);
         }
     }
 }
