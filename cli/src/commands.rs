@@ -13,9 +13,7 @@ use crate::error::CliResult;
 use crate::generator::{GenOptions, write_snap};
 use crate::likes::{LikeOptions, load_likes as send_likes, read_ratings};
 use crate::load::{LoadOptions, load_follows as send_follows};
-use crate::output::{
-    self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, print_json, print_rows,
-};
+use crate::output::{self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, print_json, print_rows};
 use crate::query::{self, ListQuery};
 use crate::verify::{VerifyOptions, verify as run_verify};
 
@@ -35,11 +33,8 @@ pub fn progress_bar(visible: bool, unit: &str) -> ProgressBar {
     if !visible {
         return ProgressBar::hidden();
     }
-    let template = format!(
-        "{{spinner}} {{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {unit} {{per_sec}} ETA {{eta}}"
-    );
-    let style =
-        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
+    let template = format!("{{spinner}} {{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {unit} {{per_sec}} ETA {{eta}}");
+    let style = ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
     ProgressBar::new(0).with_style(style)
 }
 
@@ -51,54 +46,21 @@ fn ms_time(ms: Option<i64>) -> Option<String> {
 ///
 /// # Errors
 /// Connection and RPC errors.
-pub async fn list(
-    endpoints: &Endpoints,
-    q: ListQuery,
-    paging: Paging,
-    json: bool,
-) -> CliResult<()> {
+pub async fn list(endpoints: &Endpoints, q: ListQuery, paging: Paging, json: bool) -> CliResult<()> {
     let mut client = q.client(endpoints).await?;
     let (entries, next) = if paging.all {
-        (
-            q.all(
-                &mut client,
-                paging.page_size.unwrap_or(1000),
-                paging.page_token,
-            )
-            .await?,
-            String::new(),
-        )
+        (q.all(&mut client, paging.page_size.unwrap_or(1000), paging.page_token).await?, String::new())
     } else {
-        q.page(
-            &mut client,
-            paging.page_size.unwrap_or(0),
-            paging.page_token,
-        )
-        .await?
+        q.page(&mut client, paging.page_size.unwrap_or(0), paging.page_token).await?
     };
-    let rows: Vec<FollowRow> = entries
-        .iter()
-        .map(|e| FollowRow {
-            user_id: e.user_id,
-            followed_at: ms_time(e.followed_at_ms),
-        })
-        .collect();
+    let rows: Vec<FollowRow> = entries.iter().map(|e| FollowRow { user_id: e.user_id, followed_at: ms_time(e.followed_at_ms) }).collect();
     let key = match q {
         ListQuery::Following { .. } => "following",
         ListQuery::Followers { .. } => "followers",
         _ => "accounts",
     };
-    let footer = if next.is_empty() {
-        String::new()
-    } else {
-        format!("next page token: {next}")
-    };
-    print_rows(
-        &rows,
-        json,
-        &json!({ key: rows, "next_page_token": next }),
-        &[footer],
-    );
+    let footer = if next.is_empty() { String::new() } else { format!("next page token: {next}") };
+    print_rows(&rows, json, &json!({ key: rows, "next_page_token": next }), &[footer]);
     Ok(())
 }
 
@@ -106,12 +68,7 @@ pub async fn list(
 ///
 /// # Errors
 /// Connection and RPC errors.
-pub async fn relationship(
-    endpoints: &Endpoints,
-    user_id: i64,
-    others: &[i64],
-    json: bool,
-) -> CliResult<()> {
+pub async fn relationship(endpoints: &Endpoints, user_id: i64, others: &[i64], json: bool) -> CliResult<()> {
     let rows: Vec<RelationshipRow> = query::relationships(endpoints, user_id, others)
         .await?
         .into_iter()
@@ -119,24 +76,11 @@ pub async fn relationship(
             other_user_id: r.other_user_id,
             following: r.following,
             followed_by: r.followed_by,
-            followed_at: ms_time(
-                r.followed_at
-                    .as_ref()
-                    .map(socialgraph_domain::timestamp_to_ms),
-            ),
-            followed_by_at: ms_time(
-                r.followed_by_at
-                    .as_ref()
-                    .map(socialgraph_domain::timestamp_to_ms),
-            ),
+            followed_at: ms_time(r.followed_at.as_ref().map(socialgraph_domain::timestamp_to_ms)),
+            followed_by_at: ms_time(r.followed_by_at.as_ref().map(socialgraph_domain::timestamp_to_ms)),
         })
         .collect();
-    print_rows(
-        &rows,
-        json,
-        &json!({ "user_id": user_id, "relationships": rows }),
-        &[],
-    );
+    print_rows(&rows, json, &json!({ "user_id": user_id, "relationships": rows }), &[]);
     Ok(())
 }
 
@@ -146,19 +90,18 @@ pub async fn relationship(
 /// Connection and RPC errors.
 pub async fn counters(endpoints: &Endpoints, users: &[i64], json: bool) -> CliResult<()> {
     let mut client = endpoints.counter().await?;
-    let rows: Vec<CountersRow> =
-        query::user_counters(&mut client, users, socialgraph_domain::MAX_BATCH)
-            .await?
-            .into_iter()
-            .map(|c| CountersRow {
-                user_id: c.user_id,
-                followings: c.followings,
-                followers: c.followers,
-                posts: c.posts,
-                likes_received: c.likes_received,
-                favs_received: c.favs_received,
-            })
-            .collect();
+    let rows: Vec<CountersRow> = query::user_counters(&mut client, users, socialgraph_domain::MAX_BATCH)
+        .await?
+        .into_iter()
+        .map(|c| CountersRow {
+            user_id: c.user_id,
+            followings: c.followings,
+            followers: c.followers,
+            posts: c.posts,
+            likes_received: c.likes_received,
+            favs_received: c.favs_received,
+        })
+        .collect();
     print_rows(&rows, json, &json!({ "counters": rows }), &[]);
     Ok(())
 }
@@ -167,21 +110,11 @@ pub async fn counters(endpoints: &Endpoints, users: &[i64], json: bool) -> CliRe
 ///
 /// # Errors
 /// Connection and RPC errors.
-pub async fn entity_counts(
-    endpoints: &Endpoints,
-    entity_type: &str,
-    ids: &[i64],
-    json: bool,
-) -> CliResult<()> {
+pub async fn entity_counts(endpoints: &Endpoints, entity_type: &str, ids: &[i64], json: bool) -> CliResult<()> {
     let rows: Vec<EntityRow> = query::entity_counts(endpoints, entity_type, ids)
         .await?
         .into_iter()
-        .map(|(entity_id, likes, favs)| EntityRow {
-            entity_type: entity_type.to_owned(),
-            entity_id,
-            likes,
-            favs,
-        })
+        .map(|(entity_id, likes, favs)| EntityRow { entity_type: entity_type.to_owned(), entity_id, likes, favs })
         .collect();
     print_rows(&rows, json, &json!({ "counts": rows }), &[]);
     Ok(())
@@ -201,20 +134,11 @@ pub async fn status(endpoints: &Endpoints, json: bool) -> CliResult<()> {
             next_offset: p.next_offset,
             high_watermark: p.high_watermark,
             lag: p.lag,
-            last_event_time: ms_time(
-                p.last_event_time
-                    .as_ref()
-                    .map(socialgraph_domain::timestamp_to_ms),
-            ),
+            last_event_time: ms_time(p.last_event_time.as_ref().map(socialgraph_domain::timestamp_to_ms)),
         })
         .collect();
     let lag: i64 = rows.iter().map(|r| r.lag).sum();
-    print_rows(
-        &rows,
-        json,
-        &json!({ "partitions": rows, "total_lag": lag }),
-        &[format!("total lag: {lag}")],
-    );
+    print_rows(&rows, json, &json!({ "partitions": rows, "total_lag": lag }), &[format!("total lag: {lag}")]);
     Ok(())
 }
 
@@ -222,14 +146,7 @@ pub async fn status(endpoints: &Endpoints, json: bool) -> CliResult<()> {
 ///
 /// # Errors
 /// File, connection and RPC errors.
-pub async fn load_follows(
-    endpoints: &Endpoints,
-    path: &Path,
-    file: EdgeFileOptions,
-    opts: LoadOptions,
-    json: bool,
-    progress: bool,
-) -> CliResult<()> {
+pub async fn load_follows(endpoints: &Endpoints, path: &Path, file: EdgeFileOptions, opts: LoadOptions, json: bool, progress: bool) -> CliResult<()> {
     let read_start = Instant::now();
     let graph = read_follow_file(path, file)?;
     let read_secs = read_start.elapsed().as_secs_f64();
@@ -246,14 +163,8 @@ pub async fn load_follows(
             ("lines read", summary.lines_read.to_string()),
             ("edge lines", summary.edge_lines.to_string()),
             ("self-loops skipped", summary.self_loops_skipped.to_string()),
-            (
-                "duplicates skipped (first occurrence wins)",
-                summary.duplicates_skipped.to_string()
-            ),
-            (
-                "not follows skipped (rating <= 0)",
-                summary.not_follows_skipped.to_string()
-            ),
+            ("duplicates skipped (first occurrence wins)", summary.duplicates_skipped.to_string()),
+            ("not follows skipped (rating <= 0)", summary.not_follows_skipped.to_string()),
             ("edges sent", summary.edges_sent.to_string()),
             ("edges loaded (new)", summary.edges_loaded.to_string()),
             ("already followed", summary.already_followed.to_string()),
@@ -269,13 +180,7 @@ pub async fn load_follows(
 ///
 /// # Errors
 /// File, connection and RPC errors.
-pub async fn load_likes(
-    endpoints: &Endpoints,
-    path: &Path,
-    opts: &LikeOptions,
-    json: bool,
-    progress: bool,
-) -> CliResult<()> {
+pub async fn load_likes(endpoints: &Endpoints, path: &Path, opts: &LikeOptions, json: bool, progress: bool) -> CliResult<()> {
     let ratings = read_ratings(path)?;
     let bar = progress_bar(progress && !json, "ratings");
     let s = send_likes(endpoints, &ratings, opts, &bar).await?;
@@ -304,13 +209,7 @@ pub async fn load_likes(
 ///
 /// # Errors
 /// File, connection and RPC errors, and a projection that does not catch up in time.
-pub async fn verify(
-    endpoints: &Endpoints,
-    path: &Path,
-    file: EdgeFileOptions,
-    opts: &VerifyOptions,
-    json: bool,
-) -> CliResult<bool> {
+pub async fn verify(endpoints: &Endpoints, path: &Path, file: EdgeFileOptions, opts: &VerifyOptions, json: bool) -> CliResult<bool> {
     let graph = read_follow_file(path, file)?;
     let r = run_verify(endpoints, &graph, opts).await?;
     let total = r.total_mismatches();
@@ -322,47 +221,23 @@ pub async fn verify(
         out!("MISMATCH {line}");
     }
     if total > r.mismatches.len() as u64 {
-        out!(
-            "… and {} more mismatches",
-            total - r.mismatches.len() as u64
-        );
+        out!("… and {} more mismatches", total - r.mismatches.len() as u64);
     }
     out!(
         "{}",
         output::key_values(&[
             ("users: counters compared", r.users_checked.to_string()),
             ("users: counters wrong", r.counter_mismatches.to_string()),
-            (
-                "follower lists compared",
-                format!(
-                    "{} ({} entries)",
-                    r.follower_lists_checked, r.follower_entries_expected
-                )
-            ),
-            (
-                "follower lists wrong",
-                r.follower_list_mismatches.to_string()
-            ),
+            ("follower lists compared", format!("{} ({} entries)", r.follower_lists_checked, r.follower_entries_expected)),
+            ("follower lists wrong", r.follower_list_mismatches.to_string()),
             (
                 "familiar pairs compared",
-                format!(
-                    "{} ({} non-empty, {} entries)",
-                    r.familiar_pairs_checked,
-                    r.familiar_pairs_nonempty,
-                    r.familiar_entries_expected
-                )
+                format!("{} ({} non-empty, {} entries)", r.familiar_pairs_checked, r.familiar_pairs_nonempty, r.familiar_entries_expected)
             ),
             ("familiar pairs wrong", r.familiar_mismatches.to_string()),
             ("waited for projection", format!("{:.1} s", r.waited_secs)),
             ("elapsed", format!("{:.1} s", r.elapsed_secs)),
-            (
-                "result",
-                if total == 0 {
-                    "OK".to_owned()
-                } else {
-                    format!("{total} MISMATCHES")
-                }
-            ),
+            ("result", if total == 0 { "OK".to_owned() } else { format!("{total} MISMATCHES") }),
         ])
     );
     Ok(total == 0)
@@ -376,15 +251,9 @@ pub fn generate_file(out: &Path, opts: GenOptions, json: bool) -> CliResult<()> 
     let edges = write_snap(out, opts)?;
     let path = out.display().to_string();
     if json {
-        print_json(
-            &json!({ "path": path, "users": opts.users, "edges": edges, "seed": opts.seed }),
-        );
+        print_json(&json!({ "path": path, "users": opts.users, "edges": edges, "seed": opts.seed }));
     } else {
-        out!(
-            "wrote {edges} edges among {} users (seed {}) to {path}",
-            opts.users,
-            opts.seed
-        );
+        out!("wrote {edges} edges among {} users (seed {}) to {path}", opts.users, opts.seed);
     }
     Ok(())
 }

@@ -44,15 +44,8 @@ impl EdgeFormat {
     pub fn resolve(self, path: &Path) -> Self {
         match self {
             Self::Auto => {
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_lowercase())
-                    .unwrap_or_default();
-                if name.ends_with(".csv") || name.ends_with(".csv.gz") {
-                    Self::Csv
-                } else {
-                    Self::Snap
-                }
+                let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+                if name.ends_with(".csv") || name.ends_with(".csv.gz") { Self::Csv } else { Self::Snap }
             }
             other => other,
         }
@@ -115,22 +108,14 @@ pub struct FollowGraph {
 /// [`CliError::Io`] when the file cannot be read; [`CliError::Input`] naming the first bad line.
 pub fn read_follow_file(path: &Path, opts: EdgeFileOptions) -> CliResult<FollowGraph> {
     let format = opts.format.resolve(path);
-    parse_follows(
-        open(path)?,
-        &path.display().to_string(),
-        EdgeFileOptions { format, ..opts },
-    )
+    parse_follows(open(path)?, &path.display().to_string(), EdgeFileOptions { format, ..opts })
 }
 
 /// Parses an edge list from `reader`; `name` names it in errors. `Auto` means SNAP text here.
 ///
 /// # Errors
 /// [`CliError::Input`] naming the first bad line; [`CliError::Io`] when reading fails.
-pub fn parse_follows(
-    reader: impl std::io::BufRead,
-    name: &str,
-    opts: EdgeFileOptions,
-) -> CliResult<FollowGraph> {
+pub fn parse_follows(reader: impl std::io::BufRead, name: &str, opts: EdgeFileOptions) -> CliResult<FollowGraph> {
     let csv = opts.format == EdgeFormat::Csv;
     let mut graph = FollowGraph::default();
     let mut seen: HashSet<(i64, i64)> = HashSet::new();
@@ -142,11 +127,7 @@ pub fn parse_follows(
             graph.stats.skipped_lines += 1;
             return Ok(());
         }
-        let fields: Vec<&str> = if csv {
-            line.split(',').map(str::trim).collect()
-        } else {
-            line.split_ascii_whitespace().collect()
-        };
+        let fields: Vec<&str> = if csv { line.split(',').map(str::trim).collect() } else { line.split_ascii_whitespace().collect() };
         let is_header = first_data_line && fields[0].parse::<i64>().is_err();
         first_data_line = false;
         if is_header && csv {
@@ -182,15 +163,8 @@ struct Row {
 
 fn parse_row(fields: &[&str], csv: bool, id_offset: i64, index: u64) -> Result<Row, String> {
     if fields.len() < 2 {
-        let layout = if csv {
-            "SOURCE,TARGET[,RATING[,TIME]]"
-        } else {
-            "two ids separated by a tab or spaces"
-        };
-        return Err(format!(
-            "expected {layout}, got {:?}",
-            fields.join(if csv { "," } else { " " })
-        ));
+        let layout = if csv { "SOURCE,TARGET[,RATING[,TIME]]" } else { "two ids separated by a tab or spaces" };
+        return Err(format!("expected {layout}, got {:?}", fields.join(if csv { "," } else { " " })));
     }
     let follower_id = user_id(fields[0], id_offset)?;
     let followee_id = user_id(fields[1], id_offset)?;
@@ -198,50 +172,24 @@ fn parse_row(fields: &[&str], csv: bool, id_offset: i64, index: u64) -> Result<R
     let mut followed_at_ms = LINE_ORDER_BASE_MS + index as i64;
     if csv {
         if let Some(rating) = fields.get(2).filter(|r| !r.is_empty()) {
-            let rating: f64 = rating
-                .parse()
-                .map_err(|_| format!("RATING {rating:?} is not a number"))?;
+            let rating: f64 = rating.parse().map_err(|_| format!("RATING {rating:?} is not a number"))?;
             follow = rating > 0.0;
         }
         if let Some(time) = fields.get(3).filter(|t| !t.is_empty()) {
-            followed_at_ms = seconds_to_ms(time)
-                .ok_or_else(|| format!("TIME {time:?} is not a number of Unix seconds"))?;
+            followed_at_ms = seconds_to_ms(time).ok_or_else(|| format!("TIME {time:?} is not a number of Unix seconds"))?;
         }
     }
-    Ok(Row {
-        edge: FileEdge {
-            follower_id,
-            followee_id,
-            followed_at_ms,
-        },
-        follow,
-    })
+    Ok(Row { edge: FileEdge { follower_id, followee_id, followed_at_ms }, follow })
 }
 
 fn user_id(field: &str, id_offset: i64) -> Result<i64, String> {
-    let raw: i64 = field
-        .parse()
-        .map_err(|_| format!("{field:?} is not an integer user id"))?;
-    let id = raw
-        .checked_add(id_offset)
-        .ok_or_else(|| format!("user id {raw} + --id-offset {id_offset} overflows"))?;
+    let raw: i64 = field.parse().map_err(|_| format!("{field:?} is not an integer user id"))?;
+    let id = raw.checked_add(id_offset).ok_or_else(|| format!("user id {raw} + --id-offset {id_offset} overflows"))?;
     if id > 0 {
         return Ok(id);
     }
-    let shown = if id_offset == 0 {
-        format!("user id {raw}")
-    } else {
-        format!("user id {raw} (+ offset {id_offset} = {id})")
-    };
-    let hint = if id == 0 {
-        format!(
-            "; this file numbers users from {}: pass --id-offset {}",
-            -id_offset,
-            id_offset + 1
-        )
-    } else {
-        String::new()
-    };
+    let shown = if id_offset == 0 { format!("user id {raw}") } else { format!("user id {raw} (+ offset {id_offset} = {id})") };
+    let hint = if id == 0 { format!("; this file numbers users from {}: pass --id-offset {}", -id_offset, id_offset + 1) } else { String::new() };
     Err(format!("{shown} is not allowed: ids must be > 0{hint}"))
 }
 
@@ -250,48 +198,20 @@ mod tests {
     use super::*;
 
     fn snap(text: &str, id_offset: i64) -> CliResult<FollowGraph> {
-        parse_follows(
-            text.as_bytes(),
-            "t.txt",
-            EdgeFileOptions {
-                format: EdgeFormat::Snap,
-                id_offset,
-            },
-        )
+        parse_follows(text.as_bytes(), "t.txt", EdgeFileOptions { format: EdgeFormat::Snap, id_offset })
     }
 
     fn csv(text: &str) -> FollowGraph {
-        parse_follows(
-            text.as_bytes(),
-            "t.csv",
-            EdgeFileOptions {
-                format: EdgeFormat::Csv,
-                id_offset: 0,
-            },
-        )
-        .unwrap()
+        parse_follows(text.as_bytes(), "t.csv", EdgeFileOptions { format: EdgeFormat::Csv, id_offset: 0 }).unwrap()
     }
 
     fn pairs(g: &FollowGraph) -> Vec<(i64, i64, i64)> {
-        g.edges
-            .iter()
-            .map(|e| {
-                (
-                    e.follower_id,
-                    e.followee_id,
-                    e.followed_at_ms - LINE_ORDER_BASE_MS,
-                )
-            })
-            .collect()
+        g.edges.iter().map(|e| (e.follower_id, e.followee_id, e.followed_at_ms - LINE_ORDER_BASE_MS)).collect()
     }
 
     #[test]
     fn snap_text_with_crlf_comments_spaces_and_no_final_newline() {
-        let g = snap(
-            "# Directed graph\r\n# FromNodeId\tToNodeId\r\n1\t2\r\n\r\n3   4\r\n 5 6 extra\r\n7\t8",
-            0,
-        )
-        .unwrap();
+        let g = snap("# Directed graph\r\n# FromNodeId\tToNodeId\r\n1\t2\r\n\r\n3   4\r\n 5 6 extra\r\n7\t8", 0).unwrap();
         assert_eq!(pairs(&g), [(1, 2, 2), (3, 4, 4), (5, 6, 5), (7, 8, 6)]);
         assert_eq!(g.stats.lines_read, 7);
         assert_eq!(g.stats.skipped_lines, 3);
@@ -304,73 +224,36 @@ mod tests {
         let g = snap("1 2\n2 2\n1 2\n2 1\n3 3\n1 2", 0).unwrap();
         assert_eq!(pairs(&g), [(1, 2, 0), (2, 1, 3)]);
         let s = g.stats;
-        assert_eq!(
-            (s.edge_lines, s.self_loops, s.duplicates, s.edges),
-            (6, 2, 2, 2)
-        );
-        assert_eq!(
-            g.users,
-            [1, 2, 3],
-            "a user seen only on a self-loop is still a user"
-        );
+        assert_eq!((s.edge_lines, s.self_loops, s.duplicates, s.edges), (6, 2, 2, 2));
+        assert_eq!(g.users, [1, 2, 3], "a user seen only on a self-loop is still a user");
     }
 
     #[test]
     fn id_zero_is_refused_with_a_hint_and_the_offset_maps_it() {
         let err = snap("# c\n0\t1\n", 0).unwrap_err().to_string();
-        assert!(
-            err.starts_with("t.txt:2: user id 0 is not allowed"),
-            "{err}"
-        );
+        assert!(err.starts_with("t.txt:2: user id 0 is not allowed"), "{err}");
         assert!(err.contains("--id-offset 1"), "{err}");
         let g = snap("0\t1\n1\t0\n", 1).unwrap();
         assert_eq!(pairs(&g), [(1, 2, 0), (2, 1, 1)]);
         let err = snap("-1 2", 1).unwrap_err().to_string();
         assert!(err.contains("--id-offset 2"), "{err}");
         let err = snap("-5 2", 0).unwrap_err().to_string();
-        assert!(
-            err.contains("ids must be > 0") && !err.contains("--id-offset"),
-            "{err}"
-        );
+        assert!(err.contains("ids must be > 0") && !err.contains("--id-offset"), "{err}");
     }
 
     #[test]
     fn malformed_lines_name_their_line() {
-        assert_eq!(
-            snap("1 2\n3\n", 0).unwrap_err().to_string(),
-            "t.txt:2: expected two ids separated by a tab or spaces, got \"3\""
-        );
-        assert!(
-            snap("1 x", 0)
-                .unwrap_err()
-                .to_string()
-                .contains("\"x\" is not an integer user id")
-        );
+        assert_eq!(snap("1 2\n3\n", 0).unwrap_err().to_string(), "t.txt:2: expected two ids separated by a tab or spaces, got \"3\"");
+        assert!(snap("1 x", 0).unwrap_err().to_string().contains("\"x\" is not an integer user id"));
         let header = snap("from to\n1 2", 0).unwrap_err().to_string();
-        assert!(
-            header.starts_with("t.txt:1:"),
-            "SNAP text has no header rows: {header}"
-        );
+        assert!(header.starts_with("t.txt:1:"), "SNAP text has no header rows: {header}");
     }
 
     #[test]
     fn csv_negative_ratings_are_not_follows_and_fractional_times_become_ms() {
-        let g = csv(
-            "6,2,4,1289241911.72836\n6,5,2,1289241941.53378\n1,15,-10,1289243140.39049\n4,3,7,1289245277\n",
-        );
-        let got: Vec<_> = g
-            .edges
-            .iter()
-            .map(|e| (e.follower_id, e.followee_id, e.followed_at_ms))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (6, 2, 1_289_241_911_728),
-                (6, 5, 1_289_241_941_533),
-                (4, 3, 1_289_245_277_000)
-            ]
-        );
+        let g = csv("6,2,4,1289241911.72836\n6,5,2,1289241941.53378\n1,15,-10,1289243140.39049\n4,3,7,1289245277\n");
+        let got: Vec<_> = g.edges.iter().map(|e| (e.follower_id, e.followee_id, e.followed_at_ms)).collect();
+        assert_eq!(got, [(6, 2, 1_289_241_911_728), (6, 5, 1_289_241_941_533), (4, 3, 1_289_245_277_000)]);
         assert_eq!((g.stats.not_follows, g.stats.edges), (1, 3));
         assert_eq!(g.users, [1, 2, 3, 4, 5, 6, 15]);
     }
@@ -380,33 +263,17 @@ mod tests {
         let g = csv("SOURCE,TARGET,RATING,TIME\r\n1,2\r\n3,4,1\r\n");
         assert_eq!(pairs(&g), [(1, 2, 1), (3, 4, 2)]);
         assert_eq!(g.stats.skipped_lines, 1);
-        let err = parse_follows(
-            "1,2,x".as_bytes(),
-            "t.csv",
-            EdgeFileOptions {
-                format: EdgeFormat::Csv,
-                id_offset: 0,
-            },
-        );
+        let err = parse_follows("1,2,x".as_bytes(), "t.csv", EdgeFileOptions { format: EdgeFormat::Csv, id_offset: 0 });
         assert!(err.unwrap_err().to_string().contains("RATING \"x\""));
     }
 
     #[test]
     fn format_is_chosen_from_the_name() {
         let auto = EdgeFormat::Auto;
-        assert_eq!(
-            auto.resolve(Path::new("a/soc-sign-bitcoinotc.csv.gz")),
-            EdgeFormat::Csv
-        );
+        assert_eq!(auto.resolve(Path::new("a/soc-sign-bitcoinotc.csv.gz")), EdgeFormat::Csv);
         assert_eq!(auto.resolve(Path::new("x.CSV")), EdgeFormat::Csv);
-        assert_eq!(
-            auto.resolve(Path::new("soc-Slashdot0902.txt.gz")),
-            EdgeFormat::Snap
-        );
-        assert_eq!(
-            EdgeFormat::Snap.resolve(Path::new("x.csv")),
-            EdgeFormat::Snap
-        );
+        assert_eq!(auto.resolve(Path::new("soc-Slashdot0902.txt.gz")), EdgeFormat::Snap);
+        assert_eq!(EdgeFormat::Snap.resolve(Path::new("x.csv")), EdgeFormat::Snap);
     }
 
     #[test]
@@ -414,20 +281,10 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.txt.gz");
-        let mut gz = flate2::write::GzEncoder::new(
-            std::fs::File::create(&path).unwrap(),
-            flate2::Compression::default(),
-        );
+        let mut gz = flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::default());
         gz.write_all(b"# c\r\n0\t1\r\n1\t0\r\n1\t1").unwrap();
         gz.finish().unwrap();
-        let g = read_follow_file(
-            &path,
-            EdgeFileOptions {
-                format: EdgeFormat::Auto,
-                id_offset: 1,
-            },
-        )
-        .unwrap();
+        let g = read_follow_file(&path, EdgeFileOptions { format: EdgeFormat::Auto, id_offset: 1 }).unwrap();
         assert_eq!(pairs(&g), [(1, 2, 1), (2, 1, 2)]);
         assert_eq!(g.stats.self_loops, 1);
     }

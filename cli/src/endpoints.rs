@@ -44,17 +44,9 @@ impl Default for Endpoints {
 }
 
 async fn channel(service: &'static str, url: &str) -> CliResult<Channel> {
-    let connect = |reason: String| CliError::Connect {
-        service,
-        url: url.to_owned(),
-        reason,
-    };
+    let connect = |reason: String| CliError::Connect { service, url: url.to_owned(), reason };
     let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|e| connect(chain(&e)))?;
-    endpoint
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| connect(chain(&e)))
+    endpoint.tcp_nodelay(true).connect().await.map_err(|e| connect(chain(&e)))
 }
 
 impl Endpoints {
@@ -63,10 +55,7 @@ impl Endpoints {
     /// # Errors
     /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
     pub async fn relation(&self) -> CliResult<RelationServiceClient<Channel>> {
-        Ok(
-            RelationServiceClient::new(channel(RELATION, &self.relation).await?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(RelationServiceClient::new(channel(RELATION, &self.relation).await?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// A connected ProjectionService client.
@@ -74,10 +63,7 @@ impl Endpoints {
     /// # Errors
     /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
     pub async fn projection(&self) -> CliResult<ProjectionServiceClient<Channel>> {
-        Ok(
-            ProjectionServiceClient::new(channel(PROJECTION, &self.projection).await?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(ProjectionServiceClient::new(channel(PROJECTION, &self.projection).await?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// A connected CounterService client.
@@ -85,10 +71,7 @@ impl Endpoints {
     /// # Errors
     /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
     pub async fn counter(&self) -> CliResult<CounterServiceClient<Channel>> {
-        Ok(
-            CounterServiceClient::new(channel(COUNTER, &self.counter).await?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(CounterServiceClient::new(channel(COUNTER, &self.counter).await?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// Wraps `msg` in a request carrying `authorization: Bearer <admin token>` when a token is
@@ -99,9 +82,7 @@ impl Endpoints {
     pub fn admin_request<T>(&self, msg: T) -> CliResult<tonic::Request<T>> {
         let mut req = tonic::Request::new(msg);
         if let Some(token) = &self.admin_token {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| CliError::Usage("the admin token must be printable ASCII".into()))?;
+            let value = format!("Bearer {token}").parse().map_err(|_| CliError::Usage("the admin token must be printable ASCII".into()))?;
             req.metadata_mut().insert("authorization", value);
         }
         Ok(req)

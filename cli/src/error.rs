@@ -59,10 +59,7 @@ pub type CliResult<T> = Result<T, CliError>;
 impl CliError {
     /// Wraps a status returned by `service`.
     pub fn rpc(service: &'static str, status: Status) -> Self {
-        Self::Rpc {
-            service,
-            status: Box::new(status),
-        }
+        Self::Rpc { service, status: Box::new(status) }
     }
 
     /// The gRPC code when this is an RPC error.
@@ -129,11 +126,7 @@ pub fn describe_status(service: &str, status: &Status) -> String {
         if !info.domain.is_empty() {
             out.push_str(&format!(" ({})", info.domain));
         }
-        let mut meta: Vec<String> = info
-            .metadata
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        let mut meta: Vec<String> = info.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
         meta.sort();
         if !meta.is_empty() {
             out.push_str(&format!(" [{}]", meta.join(", ")));
@@ -142,10 +135,7 @@ pub fn describe_status(service: &str, status: &Status) -> String {
     if let Some(delay) = details.retry_info().and_then(|r| r.retry_delay) {
         out.push_str(&format!("; retry after {:.1}s", delay.as_secs_f64()));
     }
-    if matches!(
-        status.code(),
-        Code::Unauthenticated | Code::PermissionDenied
-    ) {
+    if matches!(status.code(), Code::Unauthenticated | Code::PermissionDenied) {
         out.push_str(" (admin RPCs need --admin-token or SG_ADMIN_TOKEN, matching the service's auth.admin_token)");
     }
     out
@@ -177,11 +167,7 @@ mod tests {
             FieldViolation::new("follower_id", "must be > 0, got 0"),
             FieldViolation::new("followee_id", "must be > 0,\n got -1"),
         ]);
-        d.set_error_info(
-            "SELF_FOLLOW",
-            "socialgraph",
-            [("limit".to_owned(), "5000".to_owned())],
-        );
+        d.set_error_info("SELF_FOLLOW", "socialgraph", [("limit".to_owned(), "5000".to_owned())]);
         d.set_retry_info(Some(Duration::from_millis(2500)));
         let s = Status::with_error_details(Code::InvalidArgument, "invalid argument", d);
         let line = describe_status("relation-svc", &s);
@@ -191,15 +177,8 @@ mod tests {
              followee_id (must be > 0, got -1); reason SELF_FOLLOW (socialgraph) [limit=5000]; retry after 2.5s"
         );
         assert!(!line.contains('\n'));
-        let d = ErrorDetails::with_bad_request(vec![FieldViolation::new(
-            "user_id",
-            "must be > 0, got 0",
-        )]);
-        let s = Status::with_error_details(
-            Code::InvalidArgument,
-            "invalid argument: user_id: must be > 0, got 0",
-            d,
-        );
+        let d = ErrorDetails::with_bad_request(vec![FieldViolation::new("user_id", "must be > 0, got 0")]);
+        let s = Status::with_error_details(Code::InvalidArgument, "invalid argument: user_id: must be > 0, got 0", d);
         assert_eq!(
             describe_status("projection-svc", &s),
             "projection-svc: INVALID_ARGUMENT: invalid argument: user_id: must be > 0, got 0",
@@ -211,10 +190,7 @@ mod tests {
     fn missing_credentials_get_a_hint() {
         let s = Status::unauthenticated("missing or wrong admin bearer token");
         let line = CliError::rpc("relation-svc", s).to_string();
-        assert!(
-            line.starts_with("relation-svc: UNAUTHENTICATED: missing or wrong admin bearer token"),
-            "{line}"
-        );
+        assert!(line.starts_with("relation-svc: UNAUTHENTICATED: missing or wrong admin bearer token"), "{line}");
         assert!(line.contains("--admin-token"));
     }
 }

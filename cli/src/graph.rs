@@ -25,14 +25,8 @@ impl Adjacency {
     pub fn new(graph: &FollowGraph) -> Self {
         let mut adj = Self::default();
         for e in &graph.edges {
-            adj.following
-                .entry(e.follower_id)
-                .or_default()
-                .push((e.followee_id, e.followed_at_ms));
-            adj.followers
-                .entry(e.followee_id)
-                .or_default()
-                .push((e.follower_id, e.followed_at_ms));
+            adj.following.entry(e.follower_id).or_default().push((e.followee_id, e.followed_at_ms));
+            adj.followers.entry(e.followee_id).or_default().push((e.follower_id, e.followed_at_ms));
         }
         adj.following.values_mut().for_each(|l| newest_first(l));
         adj.followers.values_mut().for_each(|l| newest_first(l));
@@ -51,32 +45,21 @@ impl Adjacency {
 
     /// (followings, followers) of `user`: out-degree and in-degree.
     pub fn degrees(&self, user: i64) -> (u64, u64) {
-        (
-            self.following(user).len() as u64,
-            self.followers(user).len() as u64,
-        )
+        (self.following(user).len() as u64, self.followers(user).len() as u64)
     }
 
     /// Accounts `viewer` follows that follow `user`, ordered by the viewer's follow time, newest
     /// first (ListFamiliarFollowers), by brute force.
     pub fn familiar(&self, viewer: i64, user: i64) -> Vec<Entry> {
         let of_user: HashSet<i64> = self.followers(user).iter().map(|e| e.0).collect();
-        self.following(viewer)
-            .iter()
-            .filter(|e| of_user.contains(&e.0))
-            .copied()
-            .collect()
+        self.following(viewer).iter().filter(|e| of_user.contains(&e.0)).copied().collect()
     }
 
     /// Accounts both `user` and `other` follow, ordered by `user`'s follow time, newest first
     /// (ListCommonFollowing).
     pub fn common(&self, user: i64, other: i64) -> Vec<Entry> {
         let of_other: HashSet<i64> = self.following(other).iter().map(|e| e.0).collect();
-        self.following(user)
-            .iter()
-            .filter(|e| of_other.contains(&e.0))
-            .copied()
-            .collect()
+        self.following(user).iter().filter(|e| of_other.contains(&e.0)).copied().collect()
     }
 
     /// Users with at least one follower, ascending.
@@ -93,15 +76,7 @@ mod tests {
     use crate::edges::{EdgeFileOptions, EdgeFormat, parse_follows};
 
     fn graph(text: &str) -> FollowGraph {
-        parse_follows(
-            text.as_bytes(),
-            "t",
-            EdgeFileOptions {
-                format: EdgeFormat::Csv,
-                id_offset: 0,
-            },
-        )
-        .unwrap()
+        parse_follows(text.as_bytes(), "t", EdgeFileOptions { format: EdgeFormat::Csv, id_offset: 0 }).unwrap()
     }
 
     #[test]
@@ -119,9 +94,7 @@ mod tests {
     #[test]
     fn familiar_and_common_follow_the_viewers_order() {
         // Viewer 10 follows 1, 2, 3 (in that time order); 1 and 3 follow 20; 2 does not.
-        let g = graph(
-            "10,1,1,1\n10,2,1,2\n10,3,1,3\n1,20,1,4\n3,20,1,5\n2,30,1,6\n11,3,1,7\n11,1,1,8\n",
-        );
+        let g = graph("10,1,1,1\n10,2,1,2\n10,3,1,3\n1,20,1,4\n3,20,1,5\n2,30,1,6\n11,3,1,7\n11,1,1,8\n");
         let adj = Adjacency::new(&g);
         assert_eq!(adj.familiar(10, 20), [(3, 3000), (1, 1000)]);
         assert!(adj.familiar(20, 10).is_empty());

@@ -17,19 +17,13 @@ const BUFFER_BYTES: usize = 1 << 20;
 /// # Errors
 /// [`CliError::Io`] when the file cannot be opened or read.
 pub fn open(path: &Path) -> CliResult<Box<dyn BufRead + Send>> {
-    let io = |source| CliError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = |source| CliError::Io { path: path.to_owned(), source };
     let mut file = File::open(path).map_err(io)?;
     let mut magic = [0u8; 2];
     let n = read_up_to(&mut file, &mut magic).map_err(io)?;
     let file = File::open(path).map_err(io)?;
     Ok(if n == 2 && magic == GZIP_MAGIC {
-        Box::new(BufReader::with_capacity(
-            BUFFER_BYTES,
-            MultiGzDecoder::new(BufReader::new(file)),
-        ))
+        Box::new(BufReader::with_capacity(BUFFER_BYTES, MultiGzDecoder::new(BufReader::new(file))))
     } else {
         Box::new(BufReader::with_capacity(BUFFER_BYTES, file))
     })
@@ -48,11 +42,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// The [`CliError::Input`] of the line at 0-based `index` of input `name`.
 pub fn line_error(name: &str, index: u64, message: String) -> CliError {
-    CliError::Input {
-        source_name: name.to_owned(),
-        line: index + 1,
-        message,
-    }
+    CliError::Input { source_name: name.to_owned(), line: index + 1, message }
 }
 
 /// Calls `f(index, line)` for every line of `reader`: `index` is 0-based, `line` is the text
@@ -71,12 +61,7 @@ where
     let mut index = 0u64;
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| CliError::Io {
-                path: name.into(),
-                source,
-            })?;
+        let n = reader.read_until(b'\n', &mut buf).map_err(|source| CliError::Io { path: name.into(), source })?;
         if n == 0 {
             return Ok(index);
         }
@@ -109,12 +94,7 @@ pub fn seconds_to_ms(text: &str) -> Option<i64> {
     }
     let whole: i64 = if int.is_empty() { 0 } else { int.parse().ok()? };
     let mut ms = 0i64;
-    for (i, b) in frac
-        .bytes()
-        .chain(std::iter::repeat(b'0'))
-        .take(3)
-        .enumerate()
-    {
+    for (i, b) in frac.bytes().chain(std::iter::repeat(b'0')).take(3).enumerate() {
         ms += i64::from(b - b'0') * [100, 10, 1][i];
     }
     let total = whole.checked_mul(1000)?.checked_add(ms)?;
@@ -137,11 +117,7 @@ mod tests {
 
     #[test]
     fn crlf_lf_and_a_missing_final_newline_give_the_same_lines() {
-        let want = vec![
-            (0, "a".to_owned()),
-            (1, "".to_owned()),
-            (2, "b c".to_owned()),
-        ];
+        let want = vec![(0, "a".to_owned()), (1, "".to_owned()), (2, "b c".to_owned())];
         assert_eq!(lines(b"a\r\n\r\nb c\r\n"), want);
         assert_eq!(lines(b"a\n\nb c"), want);
         assert_eq!(lines(b"a\r\n\r\nb c"), want);
@@ -166,10 +142,7 @@ mod tests {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("edges.dat");
-        let mut gz = flate2::write::GzEncoder::new(
-            File::create(&path).unwrap(),
-            flate2::Compression::default(),
-        );
+        let mut gz = flate2::write::GzEncoder::new(File::create(&path).unwrap(), flate2::Compression::default());
         gz.write_all(b"1\t2\r\n3\t4").unwrap();
         gz.finish().unwrap();
         let mut text = String::new();

@@ -51,22 +51,14 @@ pub fn parse_ratings(reader: impl std::io::BufRead, name: &str) -> CliResult<Vec
             return Ok(());
         }
         if f.len() < 3 {
-            return Err(bad(format!(
-                "expected userId,movieId,rating[,timestamp], got {line:?}"
-            )));
+            return Err(bad(format!("expected userId,movieId,rating[,timestamp], got {line:?}")));
         }
         let id = |s: &str, what: &str| match s.parse::<i64>() {
             Ok(v) if v > 0 => Ok(v),
             _ => Err(bad(format!("{what} {s:?} is not an id > 0"))),
         };
-        let rating = f[2]
-            .parse::<f64>()
-            .map_err(|_| bad(format!("rating {:?} is not a number", f[2])))?;
-        out.push(Rating {
-            user_id: id(f[0], "userId")?,
-            movie_id: id(f[1], "movieId")?,
-            rating,
-        });
+        let rating = f[2].parse::<f64>().map_err(|_| bad(format!("rating {:?} is not a number", f[2])))?;
+        out.push(Rating { user_id: id(f[0], "userId")?, movie_id: id(f[1], "movieId")?, rating });
         Ok(())
     })?;
     Ok(out)
@@ -88,12 +80,7 @@ pub struct LikeOptions {
 impl Default for LikeOptions {
     /// Like at 4.0 stars, Fav at 5.0, type `movie`, 16 in flight.
     fn default() -> Self {
-        Self {
-            like_min: 4.0,
-            fav_min: 5.0,
-            entity_type: "movie".into(),
-            concurrency: 16,
-        }
+        Self { like_min: 4.0, fav_min: 5.0, entity_type: "movie".into(), concurrency: 16 }
     }
 }
 
@@ -124,46 +111,20 @@ enum Action {
     Fav,
 }
 
-async fn toggle(
-    mut client: CounterServiceClient<Channel>,
-    action: Action,
-    r: Rating,
-    entity_type: String,
-) -> CliResult<bool> {
-    let entity = Some(EntityRef {
-        entity_type,
-        entity_id: r.movie_id,
-    });
+async fn toggle(mut client: CounterServiceClient<Channel>, action: Action, r: Rating, entity_type: String) -> CliResult<bool> {
+    let entity = Some(EntityRef { entity_type, entity_id: r.movie_id });
     let mut backoff = Duration::from_millis(50);
     let mut attempt = 0;
     loop {
         attempt += 1;
         let result = match action {
-            Action::Like => client
-                .like(LikeRequest {
-                    actor_id: r.user_id,
-                    entity: entity.clone(),
-                    owner_id: 0,
-                })
-                .await
-                .map(|a| a.into_inner().changed),
-            Action::Fav => client
-                .fav(FavRequest {
-                    actor_id: r.user_id,
-                    entity: entity.clone(),
-                    owner_id: 0,
-                })
-                .await
-                .map(|a| a.into_inner().changed),
+            Action::Like => {
+                client.like(LikeRequest { actor_id: r.user_id, entity: entity.clone(), owner_id: 0 }).await.map(|a| a.into_inner().changed)
+            }
+            Action::Fav => client.fav(FavRequest { actor_id: r.user_id, entity: entity.clone(), owner_id: 0 }).await.map(|a| a.into_inner().changed),
         };
         match result {
-            Err(s)
-                if attempt <= 8
-                    && matches!(
-                        s.code(),
-                        Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded
-                    ) =>
-            {
+            Err(s) if attempt <= 8 && matches!(s.code(), Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded) => {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -177,29 +138,16 @@ async fn toggle(
 /// # Errors
 /// [`CliError::Usage`] for a bad entity type or options; [`CliError::Connect`];
 /// [`CliError::Rpc`] for the first toggle that failed (after retries of transient errors).
-pub async fn load_likes(
-    endpoints: &Endpoints,
-    ratings: &[Rating],
-    opts: &LikeOptions,
-    progress: &ProgressBar,
-) -> CliResult<LikeSummary> {
+pub async fn load_likes(endpoints: &Endpoints, ratings: &[Rating], opts: &LikeOptions, progress: &ProgressBar) -> CliResult<LikeSummary> {
     if !socialgraph_domain::valid_entity_type(&opts.entity_type) {
-        return Err(CliError::Usage(format!(
-            "entity type {:?} must be 1..64 bytes of [a-z0-9_]",
-            opts.entity_type
-        )));
+        return Err(CliError::Usage(format!("entity type {:?} must be 1..64 bytes of [a-z0-9_]", opts.entity_type)));
     }
     if opts.concurrency == 0 || opts.fav_min < opts.like_min {
-        return Err(CliError::Usage(
-            "concurrency must be >= 1 and --fav-min >= --like-min".into(),
-        ));
+        return Err(CliError::Usage("concurrency must be >= 1 and --fav-min >= --like-min".into()));
     }
     let client = endpoints.counter().await?;
     progress.set_length(ratings.len() as u64);
-    let mut summary = LikeSummary {
-        ratings_read: ratings.len() as u64,
-        ..Default::default()
-    };
+    let mut summary = LikeSummary { ratings_read: ratings.len() as u64, ..Default::default() };
     let actions: Vec<(Action, Rating)> = ratings
         .iter()
         .flat_map(|r| {
@@ -234,11 +182,7 @@ pub async fn load_likes(
     progress.finish();
     summary.elapsed_secs = start.elapsed().as_secs_f64();
     let sent = (summary.likes_sent + summary.favs_sent) as f64;
-    summary.toggles_per_sec = if summary.elapsed_secs > 0.0 {
-        sent / summary.elapsed_secs
-    } else {
-        0.0
-    };
+    summary.toggles_per_sec = if summary.elapsed_secs > 0.0 { sent / summary.elapsed_secs } else { 0.0 };
     Ok(summary)
 }
 
@@ -251,40 +195,17 @@ mod tests {
         let text = "userId,movieId,rating,timestamp\r\n1,1,4.0,964982703\r\n1,3,0.5,964981247\r\n\r\n610,170875,3.0,1493846415";
         let r = parse_ratings(text.as_bytes(), "ratings.csv").unwrap();
         assert_eq!(r.len(), 3);
-        assert_eq!(
-            r[0],
-            Rating {
-                user_id: 1,
-                movie_id: 1,
-                rating: 4.0
-            }
-        );
-        assert_eq!(
-            r[2],
-            Rating {
-                user_id: 610,
-                movie_id: 170875,
-                rating: 3.0
-            }
-        );
+        assert_eq!(r[0], Rating { user_id: 1, movie_id: 1, rating: 4.0 });
+        assert_eq!(r[2], Rating { user_id: 610, movie_id: 170875, rating: 3.0 });
     }
 
     #[test]
     fn bad_rows_name_their_line() {
-        let e = parse_ratings("1,2,4.0\n0,2,4.0".as_bytes(), "r.csv")
-            .unwrap_err()
-            .to_string();
+        let e = parse_ratings("1,2,4.0\n0,2,4.0".as_bytes(), "r.csv").unwrap_err().to_string();
         assert_eq!(e, "r.csv:2: userId \"0\" is not an id > 0");
-        let e = parse_ratings("1,2\n".as_bytes(), "r.csv")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("r.csv:1: expected userId,movieId,rating"),
-            "{e}"
-        );
-        let e = parse_ratings("1,2,x\n".as_bytes(), "r.csv")
-            .unwrap_err()
-            .to_string();
+        let e = parse_ratings("1,2\n".as_bytes(), "r.csv").unwrap_err().to_string();
+        assert!(e.starts_with("r.csv:1: expected userId,movieId,rating"), "{e}");
+        let e = parse_ratings("1,2,x\n".as_bytes(), "r.csv").unwrap_err().to_string();
         assert!(e.contains("rating \"x\""), "{e}");
     }
 }

@@ -34,10 +34,7 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     /// 10,000 edges per message on 4 streams.
     fn default() -> Self {
-        Self {
-            message_edges: MAX_MESSAGE_EDGES,
-            streams: 4,
-        }
+        Self { message_edges: MAX_MESSAGE_EDGES, streams: 4 }
     }
 }
 
@@ -72,11 +69,7 @@ fn message(edges: &[FileEdge]) -> ImportFollowsRequest {
     ImportFollowsRequest {
         edges: edges
             .iter()
-            .map(|e| ImportEdge {
-                follower_id: e.follower_id,
-                followee_id: e.followee_id,
-                followed_at: Some(timestamp_from_ms(e.followed_at_ms)),
-            })
+            .map(|e| ImportEdge { follower_id: e.follower_id, followee_id: e.followee_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) })
             .collect(),
     }
 }
@@ -88,16 +81,9 @@ fn message(edges: &[FileEdge]) -> ImportFollowsRequest {
 /// [`CliError::Connect`]; [`CliError::Rpc`] when the server ends a stream with an error
 /// (messages before it stay written: a re-run skips them as already followed);
 /// [`CliError::Usage`] for options out of range.
-pub async fn load_follows(
-    endpoints: &Endpoints,
-    graph: &FollowGraph,
-    opts: LoadOptions,
-    progress: &ProgressBar,
-) -> CliResult<LoadSummary> {
+pub async fn load_follows(endpoints: &Endpoints, graph: &FollowGraph, opts: LoadOptions, progress: &ProgressBar) -> CliResult<LoadSummary> {
     if !(1..=MAX_MESSAGE_EDGES).contains(&opts.message_edges) || opts.streams == 0 {
-        return Err(CliError::Usage(format!(
-            "edges per message must be 1..={MAX_MESSAGE_EDGES} and streams >= 1"
-        )));
+        return Err(CliError::Usage(format!("edges per message must be 1..={MAX_MESSAGE_EDGES} and streams >= 1")));
     }
     let client = endpoints.relation().await?;
     let edges: Arc<[FileEdge]> = graph.edges.as_slice().into();
@@ -114,13 +100,7 @@ pub async fn load_follows(
             message(chunk)
         });
         let request = endpoints.admin_request(body);
-        async move {
-            client
-                .import_follows(request?)
-                .await
-                .map(|r| r.into_inner())
-                .map_err(|s| CliError::rpc(RELATION, s))
-        }
+        async move { client.import_follows(request?).await.map(|r| r.into_inner()).map_err(|s| CliError::rpc(RELATION, s)) }
     });
     let answers: Vec<ImportFollowsResponse> = futures::future::try_join_all(calls).await?;
     let elapsed = start.elapsed().as_secs_f64();
@@ -135,16 +115,9 @@ pub async fn load_follows(
         not_follows_skipped: s.not_follows,
         edges_sent: sent,
         edges_loaded: answers.iter().map(|a| a.imported.max(0) as u64).sum(),
-        already_followed: answers
-            .iter()
-            .map(|a| a.skipped_duplicates.max(0) as u64)
-            .sum(),
+        already_followed: answers.iter().map(|a| a.skipped_duplicates.max(0) as u64).sum(),
         read_secs: 0.0,
         elapsed_secs: elapsed,
-        edges_per_sec: if elapsed > 0.0 {
-            sent as f64 / elapsed
-        } else {
-            0.0
-        },
+        edges_per_sec: if elapsed > 0.0 { sent as f64 / elapsed } else { 0.0 },
     })
 }

@@ -36,28 +36,13 @@ struct Cli {
 #[derive(Debug, Args)]
 struct MeshArgs {
     /// relation-svc gRPC endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "SG_RELATION_URL",
-        default_value = "http://127.0.0.1:50051"
-    )]
+    #[arg(long, global = true, env = "SG_RELATION_URL", default_value = "http://127.0.0.1:50051")]
     relation: String,
     /// projection-svc gRPC endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "SG_PROJECTION_URL",
-        default_value = "http://127.0.0.1:50052"
-    )]
+    #[arg(long, global = true, env = "SG_PROJECTION_URL", default_value = "http://127.0.0.1:50052")]
     projection: String,
     /// counter-svc gRPC endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "SG_COUNTER_URL",
-        default_value = "http://127.0.0.1:50053"
-    )]
+    #[arg(long, global = true, env = "SG_COUNTER_URL", default_value = "http://127.0.0.1:50053")]
     counter: String,
     /// Bearer token of admin RPCs (ImportFollows): relation-svc's auth.admin_token.
     #[arg(long, global = true, env = "SG_ADMIN_TOKEN", hide_env_values = true)]
@@ -164,10 +149,7 @@ struct FileArgs {
 
 impl FileArgs {
     fn options(&self) -> EdgeFileOptions {
-        EdgeFileOptions {
-            format: self.format,
-            id_offset: self.id_offset,
-        }
+        EdgeFileOptions { format: self.format, id_offset: self.id_offset }
     }
 }
 
@@ -222,11 +204,7 @@ struct PagingArgs {
 
 impl From<PagingArgs> for Paging {
     fn from(p: PagingArgs) -> Self {
-        Paging {
-            page_size: p.page_size,
-            page_token: p.page_token,
-            all: p.all,
-        }
+        Paging { page_size: p.page_size, page_token: p.page_token, all: p.all }
     }
 }
 
@@ -301,9 +279,7 @@ async fn dev(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
         projection_addr: a.projection_addr,
         counter_addr: a.counter_addr,
         admin_addr: a.admin_addr,
-        admin_token: admin_token
-            .unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned())
-            .into(),
+        admin_token: admin_token.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()).into(),
         page_token_secret: a.page_token_secret.map(Into::into),
         ..socialgraph_embedded::DevConfig::default()
     };
@@ -325,12 +301,7 @@ async fn dev(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
 async fn run(cli: Cli) -> CliResult<ExitCode> {
     let m = cli.mesh;
     let dev_admin_token = m.admin_token.clone();
-    let endpoints = Endpoints {
-        relation: m.relation,
-        projection: m.projection,
-        counter: m.counter,
-        admin_token: m.admin_token,
-    };
+    let endpoints = Endpoints { relation: m.relation, projection: m.projection, counter: m.counter, admin_token: m.admin_token };
     let json = cli.json;
     match cli.command {
         Command::Dev(a) => {
@@ -340,86 +311,24 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             }
         }
         Command::Load(LoadCommand::Follows(a)) => {
-            let opts = LoadOptions {
-                message_edges: a.message_edges,
-                streams: a.streams,
-            };
-            commands::load_follows(
-                &endpoints,
-                &a.file.file,
-                a.file.options(),
-                opts,
-                json,
-                !a.no_progress,
-            )
-            .await?;
+            let opts = LoadOptions { message_edges: a.message_edges, streams: a.streams };
+            commands::load_follows(&endpoints, &a.file.file, a.file.options(), opts, json, !a.no_progress).await?;
         }
         Command::Load(LoadCommand::Likes(a)) => {
-            let opts = LikeOptions {
-                like_min: a.like_min,
-                fav_min: a.fav_min,
-                entity_type: a.entity_type,
-                concurrency: a.concurrency,
-            };
+            let opts = LikeOptions { like_min: a.like_min, fav_min: a.fav_min, entity_type: a.entity_type, concurrency: a.concurrency };
             commands::load_likes(&endpoints, &a.file, &opts, json, !a.no_progress).await?;
         }
-        Command::Following { user, paging } => {
-            commands::list(
-                &endpoints,
-                ListQuery::Following { user_id: user },
-                paging.into(),
-                json,
-            )
-            .await?
+        Command::Following { user, paging } => commands::list(&endpoints, ListQuery::Following { user_id: user }, paging.into(), json).await?,
+        Command::Followers { user, paging } => commands::list(&endpoints, ListQuery::Followers { user_id: user }, paging.into(), json).await?,
+        Command::Common { user, other, paging } => {
+            commands::list(&endpoints, ListQuery::Common { user_id: user, other_user_id: other }, paging.into(), json).await?;
         }
-        Command::Followers { user, paging } => {
-            commands::list(
-                &endpoints,
-                ListQuery::Followers { user_id: user },
-                paging.into(),
-                json,
-            )
-            .await?
+        Command::Familiar { viewer, user, paging } => {
+            commands::list(&endpoints, ListQuery::Familiar { viewer_id: viewer, user_id: user }, paging.into(), json).await?;
         }
-        Command::Common {
-            user,
-            other,
-            paging,
-        } => {
-            commands::list(
-                &endpoints,
-                ListQuery::Common {
-                    user_id: user,
-                    other_user_id: other,
-                },
-                paging.into(),
-                json,
-            )
-            .await?;
-        }
-        Command::Familiar {
-            viewer,
-            user,
-            paging,
-        } => {
-            commands::list(
-                &endpoints,
-                ListQuery::Familiar {
-                    viewer_id: viewer,
-                    user_id: user,
-                },
-                paging.into(),
-                json,
-            )
-            .await?;
-        }
-        Command::Relationship { user, others } => {
-            commands::relationship(&endpoints, user, &others, json).await?
-        }
+        Command::Relationship { user, others } => commands::relationship(&endpoints, user, &others, json).await?,
         Command::Counters { users } => commands::counters(&endpoints, &users, json).await?,
-        Command::EntityCounts { entity_type, ids } => {
-            commands::entity_counts(&endpoints, &entity_type, &ids, json).await?
-        }
+        Command::EntityCounts { entity_type, ids } => commands::entity_counts(&endpoints, &entity_type, &ids, json).await?,
         Command::Status => commands::status(&endpoints, json).await?,
         Command::Verify(a) => {
             let opts = VerifyOptions {
@@ -434,15 +343,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
                 return Ok(ExitCode::from(3));
             }
         }
-        Command::Gen(a) => commands::generate_file(
-            &a.out,
-            GenOptions {
-                users: a.users,
-                edges: a.edges,
-                seed: a.seed,
-            },
-            json,
-        )?,
+        Command::Gen(a) => commands::generate_file(&a.out, GenOptions { users: a.users, edges: a.edges, seed: a.seed }, json)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -471,32 +372,14 @@ mod tests {
 
     #[test]
     fn endpoints_default_to_the_design_ports_and_take_options_anywhere() {
-        let cli = Cli::try_parse_from([
-            "socialgraph",
-            "followers",
-            "7",
-            "--relation",
-            "http://r:1",
-            "--json",
-        ])
-        .unwrap();
+        let cli = Cli::try_parse_from(["socialgraph", "followers", "7", "--relation", "http://r:1", "--json"]).unwrap();
         assert_eq!(cli.mesh.relation, "http://r:1");
         assert!(cli.json);
         let cli = Cli::try_parse_from(["socialgraph", "status"]).unwrap();
         if std::env::var_os("SG_PROJECTION_URL").is_none() {
             assert_eq!(cli.mesh.projection, "http://127.0.0.1:50052");
         }
-        let cli = Cli::try_parse_from([
-            "socialgraph",
-            "load",
-            "follows",
-            "f.txt.gz",
-            "--id-offset",
-            "1",
-        ])
-        .unwrap();
-        assert!(
-            matches!(cli.command, Command::Load(LoadCommand::Follows(ref a)) if a.file.id_offset == 1)
-        );
+        let cli = Cli::try_parse_from(["socialgraph", "load", "follows", "f.txt.gz", "--id-offset", "1"]).unwrap();
+        assert!(matches!(cli.command, Command::Load(LoadCommand::Follows(ref a)) if a.file.id_offset == 1));
     }
 }

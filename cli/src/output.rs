@@ -8,10 +8,7 @@ use serde::Serialize;
 /// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds, e.g.
 /// `2020-01-01T00:00:00.123Z`; the plain number when out of chrono's range.
 pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
-        || ms.to_string(),
-        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    )
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(|| ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
 /// An optional time for a table cell: RFC 3339 or empty.
@@ -30,9 +27,7 @@ pub trait TableRow {
 /// A table of `rows` with their header, as text.
 pub fn table<T: TableRow>(rows: &[T]) -> String {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_header(T::header());
+    t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic).set_header(T::header());
     for r in rows {
         t.add_row(r.cells());
     }
@@ -50,12 +45,7 @@ pub fn print_json<T: Serialize>(value: &T) {
 
 /// Prints `rows` as a table (with `footer` lines below it when not empty), or, with `json`,
 /// `json_value` as JSON.
-pub fn print_rows<T: TableRow, J: Serialize>(
-    rows: &[T],
-    json: bool,
-    json_value: &J,
-    footer: &[String],
-) {
+pub fn print_rows<T: TableRow, J: Serialize>(rows: &[T], json: bool, json_value: &J, footer: &[String]) {
     if json {
         print_json(json_value);
         return;
@@ -80,10 +70,7 @@ impl TableRow for FollowRow {
         vec!["user_id", "followed_at"]
     }
     fn cells(&self) -> Vec<String> {
-        vec![
-            self.user_id.to_string(),
-            self.followed_at.clone().unwrap_or_default(),
-        ]
+        vec![self.user_id.to_string(), self.followed_at.clone().unwrap_or_default()]
     }
 }
 
@@ -104,13 +91,7 @@ pub struct RelationshipRow {
 
 impl TableRow for RelationshipRow {
     fn header() -> Vec<&'static str> {
-        vec![
-            "other_user_id",
-            "following",
-            "followed_by",
-            "followed_at",
-            "followed_by_at",
-        ]
+        vec!["other_user_id", "following", "followed_by", "followed_at", "followed_by_at"]
     }
     fn cells(&self) -> Vec<String> {
         vec![
@@ -142,26 +123,11 @@ pub struct CountersRow {
 
 impl TableRow for CountersRow {
     fn header() -> Vec<&'static str> {
-        vec![
-            "user_id",
-            "followings",
-            "followers",
-            "posts",
-            "likes_received",
-            "favs_received",
-        ]
+        vec!["user_id", "followings", "followers", "posts", "likes_received", "favs_received"]
     }
     fn cells(&self) -> Vec<String> {
-        let counts = [
-            self.followings,
-            self.followers,
-            self.posts,
-            self.likes_received,
-            self.favs_received,
-        ];
-        std::iter::once(self.user_id.to_string())
-            .chain(counts.iter().map(u64::to_string))
-            .collect()
+        let counts = [self.followings, self.followers, self.posts, self.likes_received, self.favs_received];
+        std::iter::once(self.user_id.to_string()).chain(counts.iter().map(u64::to_string)).collect()
     }
 }
 
@@ -183,12 +149,7 @@ impl TableRow for EntityRow {
         vec!["entity_type", "entity_id", "likes", "favs"]
     }
     fn cells(&self) -> Vec<String> {
-        vec![
-            self.entity_type.clone(),
-            self.entity_id.to_string(),
-            self.likes.to_string(),
-            self.favs.to_string(),
-        ]
+        vec![self.entity_type.clone(), self.entity_id.to_string(), self.likes.to_string(), self.favs.to_string()]
     }
 }
 
@@ -211,14 +172,7 @@ pub struct PartitionRow {
 
 impl TableRow for PartitionRow {
     fn header() -> Vec<&'static str> {
-        vec![
-            "topic",
-            "partition",
-            "next_offset",
-            "high_watermark",
-            "lag",
-            "last_event_time",
-        ]
+        vec!["topic", "partition", "next_offset", "high_watermark", "lag", "last_event_time"]
     }
     fn cells(&self) -> Vec<String> {
         vec![
@@ -254,14 +208,8 @@ mod tests {
 
     #[test]
     fn a_table_has_its_header_and_cells() {
-        let rows = [FollowRow {
-            user_id: 42,
-            followed_at: Some(rfc3339(0)),
-        }];
+        let rows = [FollowRow { user_id: 42, followed_at: Some(rfc3339(0)) }];
         let t = table(&rows);
-        assert!(
-            t.contains("user_id") && t.contains("42") && t.contains("1970-01-01T00:00:00.000Z"),
-            "{t}"
-        );
+        assert!(t.contains("user_id") && t.contains("42") && t.contains("1970-01-01T00:00:00.000Z"), "{t}");
     }
 }

@@ -3,9 +3,7 @@
 use prost_types::Timestamp;
 use socialgraph_domain::{MAX_BATCH, timestamp_to_ms};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
-use socialgraph_proto::counter::v1::{
-    BatchGetEntityCountsRequest, BatchGetUserCountersRequest, EntityRef, UserCounters,
-};
+use socialgraph_proto::counter::v1::{BatchGetEntityCountsRequest, BatchGetUserCountersRequest, EntityRef, UserCounters};
 use socialgraph_proto::events::v1::Metric;
 use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
 use socialgraph_proto::projection::v1::ListFollowersRequest;
@@ -69,12 +67,7 @@ fn ms(ts: Option<&Timestamp>) -> Option<i64> {
 }
 
 fn follow_entries(v: Vec<rel::FollowEntry>) -> Vec<Listed> {
-    v.into_iter()
-        .map(|e| Listed {
-            user_id: e.user_id,
-            followed_at_ms: ms(e.followed_at.as_ref()),
-        })
-        .collect()
+    v.into_iter().map(|e| Listed { user_id: e.user_id, followed_at_ms: ms(e.followed_at.as_ref()) }).collect()
 }
 
 impl ListQuery {
@@ -95,79 +88,28 @@ impl ListQuery {
     /// # Errors
     /// [`CliError::Rpc`] (bad ids, page size or token: INVALID_ARGUMENT);
     /// [`CliError::Usage`] when `client` serves another list.
-    pub async fn page(
-        &self,
-        client: &mut ListClient,
-        page_size: i32,
-        page_token: String,
-    ) -> CliResult<(Vec<Listed>, String)> {
+    pub async fn page(&self, client: &mut ListClient, page_size: i32, page_token: String) -> CliResult<(Vec<Listed>, String)> {
         let wrong = || CliError::Usage("this list is served by another service".into());
         let relation_err = |s| CliError::rpc(RELATION, s);
         match (*self, client) {
             (Self::Followers { user_id }, ListClient::Projection(c)) => {
-                let r = c
-                    .list_followers(ListFollowersRequest {
-                        user_id,
-                        page_size,
-                        page_token,
-                    })
-                    .await
-                    .map_err(|s| CliError::rpc(PROJECTION, s))?;
+                let r = c.list_followers(ListFollowersRequest { user_id, page_size, page_token }).await.map_err(|s| CliError::rpc(PROJECTION, s))?;
                 let r = r.into_inner();
-                let entries = r
-                    .followers
-                    .into_iter()
-                    .map(|e| Listed {
-                        user_id: e.user_id,
-                        followed_at_ms: ms(e.followed_at.as_ref()),
-                    })
-                    .collect();
+                let entries = r.followers.into_iter().map(|e| Listed { user_id: e.user_id, followed_at_ms: ms(e.followed_at.as_ref()) }).collect();
                 Ok((entries, r.next_page_token))
             }
             (Self::Following { user_id }, ListClient::Relation(c)) => {
-                let r = c
-                    .list_following(rel::ListFollowingRequest {
-                        user_id,
-                        page_size,
-                        page_token,
-                    })
-                    .await
-                    .map_err(relation_err)?
-                    .into_inner();
+                let r = c.list_following(rel::ListFollowingRequest { user_id, page_size, page_token }).await.map_err(relation_err)?.into_inner();
                 Ok((follow_entries(r.following), r.next_page_token))
             }
-            (
-                Self::Common {
-                    user_id,
-                    other_user_id,
-                },
-                ListClient::Relation(c),
-            ) => {
-                let req = rel::ListCommonFollowingRequest {
-                    user_id,
-                    other_user_id,
-                    page_size,
-                    page_token,
-                };
-                let r = c
-                    .list_common_following(req)
-                    .await
-                    .map_err(relation_err)?
-                    .into_inner();
+            (Self::Common { user_id, other_user_id }, ListClient::Relation(c)) => {
+                let req = rel::ListCommonFollowingRequest { user_id, other_user_id, page_size, page_token };
+                let r = c.list_common_following(req).await.map_err(relation_err)?.into_inner();
                 Ok((follow_entries(r.accounts), r.next_page_token))
             }
             (Self::Familiar { viewer_id, user_id }, ListClient::Relation(c)) => {
-                let req = rel::ListFamiliarFollowersRequest {
-                    viewer_id,
-                    user_id,
-                    page_size,
-                    page_token,
-                };
-                let r = c
-                    .list_familiar_followers(req)
-                    .await
-                    .map_err(relation_err)?
-                    .into_inner();
+                let req = rel::ListFamiliarFollowersRequest { viewer_id, user_id, page_size, page_token };
+                let r = c.list_familiar_followers(req).await.map_err(relation_err)?.into_inner();
                 Ok((follow_entries(r.accounts), r.next_page_token))
             }
             _ => Err(wrong()),
@@ -178,12 +120,7 @@ impl ListQuery {
     ///
     /// # Errors
     /// As [`ListQuery::page`].
-    pub async fn all(
-        &self,
-        client: &mut ListClient,
-        page_size: i32,
-        mut page_token: String,
-    ) -> CliResult<Vec<Listed>> {
+    pub async fn all(&self, client: &mut ListClient, page_size: i32, mut page_token: String) -> CliResult<Vec<Listed>> {
         let mut out = Vec::new();
         loop {
             let (entries, next) = self.page(client, page_size, page_token).await?;
@@ -201,26 +138,12 @@ impl ListQuery {
 ///
 /// # Errors
 /// [`CliError::Connect`]; [`CliError::Rpc`].
-pub async fn relationships(
-    endpoints: &Endpoints,
-    user_id: i64,
-    others: &[i64],
-) -> CliResult<Vec<rel::Relationship>> {
+pub async fn relationships(endpoints: &Endpoints, user_id: i64, others: &[i64]) -> CliResult<Vec<rel::Relationship>> {
     let mut client = endpoints.relation().await?;
     let mut out = Vec::with_capacity(others.len());
     for chunk in others.chunks(MAX_BATCH) {
-        let req = rel::BatchGetRelationshipsRequest {
-            user_id,
-            other_user_ids: chunk.to_vec(),
-        };
-        out.extend(
-            client
-                .batch_get_relationships(req)
-                .await
-                .map_err(|s| CliError::rpc(RELATION, s))?
-                .into_inner()
-                .relationships,
-        );
+        let req = rel::BatchGetRelationshipsRequest { user_id, other_user_ids: chunk.to_vec() };
+        out.extend(client.batch_get_relationships(req).await.map_err(|s| CliError::rpc(RELATION, s))?.into_inner().relationships);
     }
     Ok(out)
 }
@@ -229,24 +152,11 @@ pub async fn relationships(
 ///
 /// # Errors
 /// [`CliError::Rpc`].
-pub async fn user_counters(
-    client: &mut CounterServiceClient<Channel>,
-    user_ids: &[i64],
-    batch: usize,
-) -> CliResult<Vec<UserCounters>> {
+pub async fn user_counters(client: &mut CounterServiceClient<Channel>, user_ids: &[i64], batch: usize) -> CliResult<Vec<UserCounters>> {
     let mut out = Vec::with_capacity(user_ids.len());
     for chunk in user_ids.chunks(batch.clamp(1, MAX_BATCH)) {
-        let req = BatchGetUserCountersRequest {
-            user_ids: chunk.to_vec(),
-        };
-        out.extend(
-            client
-                .batch_get_user_counters(req)
-                .await
-                .map_err(|s| CliError::rpc(COUNTER, s))?
-                .into_inner()
-                .counters,
-        );
+        let req = BatchGetUserCountersRequest { user_ids: chunk.to_vec() };
+        out.extend(client.batch_get_user_counters(req).await.map_err(|s| CliError::rpc(COUNTER, s))?.into_inner().counters);
     }
     Ok(out)
 }
@@ -255,38 +165,15 @@ pub async fn user_counters(
 ///
 /// # Errors
 /// [`CliError::Connect`]; [`CliError::Rpc`].
-pub async fn entity_counts(
-    endpoints: &Endpoints,
-    entity_type: &str,
-    ids: &[i64],
-) -> CliResult<Vec<(i64, u64, u64)>> {
+pub async fn entity_counts(endpoints: &Endpoints, entity_type: &str, ids: &[i64]) -> CliResult<Vec<(i64, u64, u64)>> {
     let mut client = endpoints.counter().await?;
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(MAX_BATCH) {
-        let entities = chunk
-            .iter()
-            .map(|&entity_id| EntityRef {
-                entity_type: entity_type.to_owned(),
-                entity_id,
-            })
-            .collect();
-        let req = BatchGetEntityCountsRequest {
-            entities,
-            metrics: vec![Metric::Like as i32, Metric::Fav as i32],
-        };
-        let counts = client
-            .batch_get_entity_counts(req)
-            .await
-            .map_err(|s| CliError::rpc(COUNTER, s))?
-            .into_inner()
-            .counts;
+        let entities = chunk.iter().map(|&entity_id| EntityRef { entity_type: entity_type.to_owned(), entity_id }).collect();
+        let req = BatchGetEntityCountsRequest { entities, metrics: vec![Metric::Like as i32, Metric::Fav as i32] };
+        let counts = client.batch_get_entity_counts(req).await.map_err(|s| CliError::rpc(COUNTER, s))?.into_inner().counts;
         for (id, c) in chunk.iter().zip(counts) {
-            let get = |m: Metric| {
-                c.counts
-                    .iter()
-                    .find(|x| x.metric == m as i32)
-                    .map_or(0, |x| x.count)
-            };
+            let get = |m: Metric| c.counts.iter().find(|x| x.metric == m as i32).map_or(0, |x| x.count);
             out.push((*id, get(Metric::Like), get(Metric::Fav)));
         }
     }
@@ -297,13 +184,8 @@ pub async fn entity_counts(
 ///
 /// # Errors
 /// [`CliError::Connect`]; [`CliError::Rpc`].
-pub async fn projection_status(
-    endpoints: &Endpoints,
-) -> CliResult<Vec<socialgraph_proto::projection::v1::PartitionStatus>> {
+pub async fn projection_status(endpoints: &Endpoints) -> CliResult<Vec<socialgraph_proto::projection::v1::PartitionStatus>> {
     let mut client = endpoints.projection().await?;
-    let r = client
-        .get_projection_status(GetProjectionStatusRequest {})
-        .await
-        .map_err(|s| CliError::rpc(PROJECTION, s))?;
+    let r = client.get_projection_status(GetProjectionStatusRequest {}).await.map_err(|s| CliError::rpc(PROJECTION, s))?;
     Ok(r.into_inner().partitions)
 }

@@ -54,15 +54,7 @@ pub struct VerifyOptions {
 impl Default for VerifyOptions {
     /// 200 users, 200 pairs, seed 1, 300 s, batches of 1000, 4 in flight, 20 lines.
     fn default() -> Self {
-        Self {
-            sample_users: 200,
-            sample_pairs: 200,
-            seed: 1,
-            wait: Duration::from_secs(300),
-            counter_batch: 1000,
-            concurrency: 4,
-            max_reported: 20,
-        }
+        Self { sample_users: 200, sample_pairs: 200, seed: 1, wait: Duration::from_secs(300), counter_batch: 1000, concurrency: 4, max_reported: 20 }
     }
 }
 
@@ -143,11 +135,7 @@ pub async fn wait_caught_up(endpoints: &Endpoints, timeout: Duration) -> CliResu
                 Some((a, since)) if a == applied => {
                     if since.elapsed() >= QUIET {
                         let waited_secs = start.elapsed().as_secs_f64();
-                        return Ok(CatchUp {
-                            waited_secs,
-                            partitions: parts.len(),
-                            applied_records: applied,
-                        });
+                        return Ok(CatchUp { waited_secs, partitions: parts.len(), applied_records: applied });
                     }
                 }
                 _ => stable = Some((applied, Instant::now())),
@@ -161,10 +149,7 @@ pub async fn wait_caught_up(endpoints: &Endpoints, timeout: Duration) -> CliResu
             } else {
                 format!("projection-svc has {lag} records left to apply")
             };
-            return Err(CliError::Timeout(format!(
-                "{what} after {:.0}s",
-                timeout.as_secs_f64()
-            )));
+            return Err(CliError::Timeout(format!("{what} after {:.0}s", timeout.as_secs_f64())));
         }
         tokio::time::sleep(POLL).await;
     }
@@ -172,10 +157,7 @@ pub async fn wait_caught_up(endpoints: &Endpoints, timeout: Duration) -> CliResu
 
 fn transient(e: &CliError) -> bool {
     use tonic::Code::*;
-    matches!(
-        e.code(),
-        Some(Unavailable | DeadlineExceeded | ResourceExhausted | Aborted)
-    )
+    matches!(e.code(), Some(Unavailable | DeadlineExceeded | ResourceExhausted | Aborted))
 }
 
 /// Calls `f` until it succeeds, fails for good, or `deadline` passes (transient codes only).
@@ -186,9 +168,7 @@ where
 {
     loop {
         match f().await {
-            Err(e) if transient(&e) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(250)).await
-            }
+            Err(e) if transient(&e) && Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(250)).await,
             other => return other,
         }
     }
@@ -196,19 +176,11 @@ where
 
 /// The random parts of a verification: users whose follower lists are compared and
 /// (viewer, user) pairs whose familiar followers are compared.
-pub fn sample_checks(
-    graph: &FollowGraph,
-    adj: &Adjacency,
-    opts: &VerifyOptions,
-) -> (Vec<i64>, Vec<(i64, i64)>) {
+pub fn sample_checks(graph: &FollowGraph, adj: &Adjacency, opts: &VerifyOptions) -> (Vec<i64>, Vec<(i64, i64)>) {
     let mut rng = seeded(opts.seed);
     let followed = adj.followed_users();
     let mut users = sample(&mut rng, &followed, opts.sample_users);
-    if let Some(top) = followed
-        .iter()
-        .copied()
-        .max_by_key(|u| (adj.followers(*u).len(), std::cmp::Reverse(*u)))
-    {
+    if let Some(top) = followed.iter().copied().max_by_key(|u| (adj.followers(*u).len(), std::cmp::Reverse(*u))) {
         match users.iter().position(|u| *u == top) {
             Some(i) => users.swap(0, i),
             None if !users.is_empty() => users[0] = top,
@@ -254,24 +226,12 @@ pub fn sample_checks(
 
 /// One line describing how `got` differs from `expected`, or `None` when they agree.
 pub fn compare_list(what: &str, expected: &[Entry], got: &[Listed]) -> Option<String> {
-    let got: Vec<Entry> = got
-        .iter()
-        .map(|l| (l.user_id, l.followed_at_ms.unwrap_or(i64::MIN)))
-        .collect();
+    let got: Vec<Entry> = got.iter().map(|l| (l.user_id, l.followed_at_ms.unwrap_or(i64::MIN))).collect();
     if got == expected {
         return None;
     }
-    let show = |e: Option<&Entry>| {
-        e.map_or_else(
-            || "nothing".to_owned(),
-            |(u, t)| format!("{u} @ {}", rfc3339(*t)),
-        )
-    };
-    let at = expected
-        .iter()
-        .zip(&got)
-        .position(|(a, b)| a != b)
-        .unwrap_or(expected.len().min(got.len()));
+    let show = |e: Option<&Entry>| e.map_or_else(|| "nothing".to_owned(), |(u, t)| format!("{u} @ {}", rfc3339(*t)));
+    let at = expected.iter().zip(&got).position(|(a, b)| a != b).unwrap_or(expected.len().min(got.len()));
     Some(format!(
         "{what}: expected {} entries, got {}; first difference at position {at}: expected {}, got {}",
         expected.len(),
@@ -284,11 +244,7 @@ pub fn compare_list(what: &str, expected: &[Entry], got: &[Listed]) -> Option<St
 /// Counters of `ids` in one request; a request the server cannot answer within its deadline
 /// (a cold counter is rebuilt from the projection on its first read, one by one) is split in
 /// halves, and transient failures are retried until `deadline`.
-async fn read_counters(
-    client: &CounterServiceClient<Channel>,
-    ids: Vec<i64>,
-    deadline: Instant,
-) -> CliResult<Vec<UserCounters>> {
+async fn read_counters(client: &CounterServiceClient<Channel>, ids: Vec<i64>, deadline: Instant) -> CliResult<Vec<UserCounters>> {
     let mut todo = vec![ids];
     let mut out = Vec::new();
     while let Some(batch) = todo.pop() {
@@ -334,24 +290,14 @@ async fn read_batches(
 /// # Errors
 /// [`CliError::Connect`]; [`CliError::Rpc`] for errors that are not transient, or still
 /// transient after `opts.wait`.
-pub async fn read_user_counters(
-    endpoints: &Endpoints,
-    users: &[i64],
-    opts: &VerifyOptions,
-) -> CliResult<Vec<UserCounters>> {
+pub async fn read_user_counters(endpoints: &Endpoints, users: &[i64], opts: &VerifyOptions) -> CliResult<Vec<UserCounters>> {
     let client = endpoints.counter().await?;
     read_batches(&client, users, opts, Instant::now() + opts.wait).await
 }
 
 /// Counters of every user of `graph`, re-checking disagreeing users until `deadline`.
 /// Returns one line per user that still disagrees.
-async fn check_counters(
-    endpoints: &Endpoints,
-    users: &[i64],
-    adj: &Adjacency,
-    opts: &VerifyOptions,
-    deadline: Instant,
-) -> CliResult<Vec<String>> {
+async fn check_counters(endpoints: &Endpoints, users: &[i64], adj: &Adjacency, opts: &VerifyOptions, deadline: Instant) -> CliResult<Vec<String>> {
     let client = endpoints.counter().await?;
     let mut pending: Vec<i64> = users.to_vec();
     loop {
@@ -377,12 +323,7 @@ async fn check_counters(
 
 /// Lists of `queries`, every page, against `expected`, re-checking disagreeing ones until
 /// `deadline`. Returns one line per list that still disagrees.
-async fn check_lists(
-    endpoints: &Endpoints,
-    checks: Vec<(ListQuery, Vec<Entry>)>,
-    opts: &VerifyOptions,
-    deadline: Instant,
-) -> CliResult<Vec<String>> {
+async fn check_lists(endpoints: &Endpoints, checks: Vec<(ListQuery, Vec<Entry>)>, opts: &VerifyOptions, deadline: Instant) -> CliResult<Vec<String>> {
     let Some(first) = checks.first() else {
         return Ok(Vec::new());
     };
@@ -395,19 +336,10 @@ async fn check_lists(
                 async move {
                     let got = retry(deadline, || {
                         let mut c = client.clone();
-                        async move {
-                            q.all(
-                                &mut c,
-                                socialgraph_domain::MAX_PAGE_SIZE as i32,
-                                String::new(),
-                            )
-                            .await
-                        }
+                        async move { q.all(&mut c, socialgraph_domain::MAX_PAGE_SIZE as i32, String::new()).await }
                     })
                     .await?;
-                    CliResult::Ok(
-                        compare_list(&describe(q), &expected, &got).map(|line| (q, expected, line)),
-                    )
+                    CliResult::Ok(compare_list(&describe(q), &expected, &got).map(|line| (q, expected, line)))
                 }
             })
             .buffer_unordered(opts.concurrency.max(1))
@@ -426,10 +358,7 @@ fn describe(q: ListQuery) -> String {
     match q {
         ListQuery::Followers { user_id } => format!("followers of {user_id}"),
         ListQuery::Following { user_id } => format!("following of {user_id}"),
-        ListQuery::Common {
-            user_id,
-            other_user_id,
-        } => format!("common following of {user_id} and {other_user_id}"),
+        ListQuery::Common { user_id, other_user_id } => format!("common following of {user_id} and {other_user_id}"),
         ListQuery::Familiar { viewer_id, user_id } => {
             format!("familiar followers of {user_id} for viewer {viewer_id}")
         }
@@ -442,61 +371,32 @@ fn describe(q: ListQuery) -> String {
 /// [`CliError::Timeout`] when the projection does not catch up within `opts.wait`;
 /// [`CliError::Connect`]; [`CliError::Rpc`] for errors that are not transient. Mismatches are
 /// not errors: they are in the [`Report`].
-pub async fn verify(
-    endpoints: &Endpoints,
-    graph: &FollowGraph,
-    opts: &VerifyOptions,
-) -> CliResult<Report> {
+pub async fn verify(endpoints: &Endpoints, graph: &FollowGraph, opts: &VerifyOptions) -> CliResult<Report> {
     let start = Instant::now();
     let caught_up = wait_caught_up(endpoints, opts.wait).await?;
     let deadline = Instant::now() + opts.wait;
     let adj = Adjacency::new(graph);
     let (users, pairs) = sample_checks(graph, &adj, opts);
-    let mut report = Report {
-        waited_secs: caught_up.waited_secs,
-        users_checked: graph.users.len() as u64,
-        ..Default::default()
-    };
+    let mut report = Report { waited_secs: caught_up.waited_secs, users_checked: graph.users.len() as u64, ..Default::default() };
 
     let counters = check_counters(endpoints, &graph.users, &adj, opts, deadline).await?;
     report.counter_mismatches = counters.len() as u64;
 
-    let follower_checks: Vec<_> = users
-        .iter()
-        .map(|&u| {
-            (
-                ListQuery::Followers { user_id: u },
-                adj.followers(u).to_vec(),
-            )
-        })
-        .collect();
+    let follower_checks: Vec<_> = users.iter().map(|&u| (ListQuery::Followers { user_id: u }, adj.followers(u).to_vec())).collect();
     report.follower_lists_checked = follower_checks.len() as u64;
     report.follower_entries_expected = follower_checks.iter().map(|c| c.1.len() as u64).sum();
     let lists = check_lists(endpoints, follower_checks, opts, deadline).await?;
     report.follower_list_mismatches = lists.len() as u64;
 
-    let familiar_checks: Vec<_> = pairs
-        .iter()
-        .map(|&(viewer_id, user_id)| {
-            (
-                ListQuery::Familiar { viewer_id, user_id },
-                adj.familiar(viewer_id, user_id),
-            )
-        })
-        .collect();
+    let familiar_checks: Vec<_> =
+        pairs.iter().map(|&(viewer_id, user_id)| (ListQuery::Familiar { viewer_id, user_id }, adj.familiar(viewer_id, user_id))).collect();
     report.familiar_pairs_checked = familiar_checks.len() as u64;
-    report.familiar_pairs_nonempty =
-        familiar_checks.iter().filter(|c| !c.1.is_empty()).count() as u64;
+    report.familiar_pairs_nonempty = familiar_checks.iter().filter(|c| !c.1.is_empty()).count() as u64;
     report.familiar_entries_expected = familiar_checks.iter().map(|c| c.1.len() as u64).sum();
     let familiar = check_lists(endpoints, familiar_checks, opts, deadline).await?;
     report.familiar_mismatches = familiar.len() as u64;
 
-    report.mismatches = counters
-        .into_iter()
-        .chain(lists)
-        .chain(familiar)
-        .take(opts.max_reported)
-        .collect();
+    report.mismatches = counters.into_iter().chain(lists).chain(familiar).take(opts.max_reported).collect();
     report.elapsed_secs = start.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -508,24 +408,8 @@ mod tests {
     use crate::generator::{GenOptions, generate};
 
     fn generated() -> FollowGraph {
-        let text: String = generate(GenOptions {
-            users: 2000,
-            edges: 20_000,
-            seed: 3,
-        })
-        .unwrap()
-        .iter()
-        .map(|(a, b)| format!("{a}\t{b}\n"))
-        .collect();
-        parse_follows(
-            text.as_bytes(),
-            "g",
-            EdgeFileOptions {
-                format: EdgeFormat::Snap,
-                id_offset: 0,
-            },
-        )
-        .unwrap()
+        let text: String = generate(GenOptions { users: 2000, edges: 20_000, seed: 3 }).unwrap().iter().map(|(a, b)| format!("{a}\t{b}\n")).collect();
+        parse_follows(text.as_bytes(), "g", EdgeFileOptions { format: EdgeFormat::Snap, id_offset: 0 }).unwrap()
     }
 
     #[test]
@@ -535,56 +419,20 @@ mod tests {
         let opts = VerifyOptions::default();
         let (users, pairs) = sample_checks(&g, &adj, &opts);
         assert_eq!((users.len(), pairs.len()), (200, 200));
-        assert_eq!(
-            sample_checks(&g, &adj, &opts),
-            (users.clone(), pairs.clone()),
-            "same seed, same sample"
-        );
-        let top = adj
-            .followed_users()
-            .into_iter()
-            .max_by_key(|u| adj.followers(*u).len())
-            .unwrap();
-        assert_eq!(
-            adj.followers(users[0]).len(),
-            adj.followers(top).len(),
-            "the most-followed user is checked"
-        );
-        let nonempty = pairs
-            .iter()
-            .filter(|(v, u)| !adj.familiar(*v, *u).is_empty())
-            .count();
-        assert!(
-            nonempty >= 150,
-            "most pairs have familiar followers: {nonempty} of 200"
-        );
+        assert_eq!(sample_checks(&g, &adj, &opts), (users.clone(), pairs.clone()), "same seed, same sample");
+        let top = adj.followed_users().into_iter().max_by_key(|u| adj.followers(*u).len()).unwrap();
+        assert_eq!(adj.followers(users[0]).len(), adj.followers(top).len(), "the most-followed user is checked");
+        let nonempty = pairs.iter().filter(|(v, u)| !adj.familiar(*v, *u).is_empty()).count();
+        assert!(nonempty >= 150, "most pairs have familiar followers: {nonempty} of 200");
     }
 
     #[test]
     fn list_differences_are_described_at_their_first_position() {
-        let listed = |v: &[(i64, i64)]| {
-            v.iter()
-                .map(|&(u, t)| Listed {
-                    user_id: u,
-                    followed_at_ms: Some(t),
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            compare_list("x", &[(1, 5), (2, 4)], &listed(&[(1, 5), (2, 4)])),
-            None
-        );
-        let d = compare_list(
-            "followers of 9",
-            &[(1, 5), (2, 4)],
-            &listed(&[(1, 5), (3, 4)]),
-        )
-        .unwrap();
+        let listed = |v: &[(i64, i64)]| v.iter().map(|&(u, t)| Listed { user_id: u, followed_at_ms: Some(t) }).collect::<Vec<_>>();
+        assert_eq!(compare_list("x", &[(1, 5), (2, 4)], &listed(&[(1, 5), (2, 4)])), None);
+        let d = compare_list("followers of 9", &[(1, 5), (2, 4)], &listed(&[(1, 5), (3, 4)])).unwrap();
         assert!(d.starts_with("followers of 9: expected 2 entries, got 2; first difference at position 1: expected 2 @"), "{d}");
         let d = compare_list("x", &[(1, 5)], &listed(&[])).unwrap();
-        assert!(
-            d.contains("position 0") && d.ends_with("got nothing"),
-            "{d}"
-        );
+        assert!(d.contains("position 0") && d.ends_with("got nothing"), "{d}");
     }
 }

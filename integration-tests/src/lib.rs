@@ -17,9 +17,9 @@ pub use mesh::*;
 pub use socialgraph_counter::Config as CounterConfig;
 pub use socialgraph_projection::Config as ProjectionConfig;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
-pub use socialgraph_relation::Config as RelationConfig;
 use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
+pub use socialgraph_relation::Config as RelationConfig;
 
 /// Admin token the test configurations use.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -289,9 +289,8 @@ pub async fn spawn_counter(config: CounterConfig) -> anyhow::Result<Svc> {
 /// # Errors
 /// Redis is not reachable (run `make deps`).
 pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(10)))
-        .set_response_timeout(Some(Duration::from_secs(30)));
+    let config =
+        redis::AsyncConnectionConfig::new().set_connection_timeout(Some(Duration::from_secs(10))).set_response_timeout(Some(Duration::from_secs(30)));
     Ok(redis::Client::open(url)?.get_multiplexed_async_connection_with_config(&config).await?)
 }
 

@@ -193,7 +193,6 @@ impl Mesh {
     }
 }
 
-
 /// Terminates every connection to the database at `db_url` but the caller's (PostgreSQL
 /// `pg_terminate_backend`, MariaDB `KILL`), as a crashed or restarted database would; returns
 /// how many were terminated.

@@ -61,8 +61,10 @@ async fn publish(m: &Mesh, model: &mut Model, events: &[(ContentEventKind, i64, 
             occurred_at: Some(socialgraph_domain::timestamp_from_ms(*at_ms)),
         };
         let key = author.to_be_bytes();
-        let pc = client.partition_client(m.topics.content.as_str(), socialgraph_events::kafka_partition(&key, 4), UnknownTopicHandling::Retry).await?;
-        let record = Record { key: Some(key.to_vec()), value: Some(e.encode_to_vec()), headers: Default::default(), timestamp: rskafka::chrono::Utc::now() };
+        let pc =
+            client.partition_client(m.topics.content.as_str(), socialgraph_events::kafka_partition(&key, 4), UnknownTopicHandling::Retry).await?;
+        let record =
+            Record { key: Some(key.to_vec()), value: Some(e.encode_to_vec()), headers: Default::default(), timestamp: rskafka::chrono::Utc::now() };
         pc.produce(vec![record], Compression::Lz4).await?;
         model.content(*kind == ContentEventKind::Published, author, *entity, *at_ms);
     }

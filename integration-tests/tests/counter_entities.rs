@@ -46,9 +46,18 @@ enum Op {
 async fn act(mut c: CounterServiceClient<Channel>, op: Op, actor: i64, entity: EntityRef, owner: i64) -> anyhow::Result<(bool, bool)> {
     let e = Some(entity);
     Ok(match op {
-        Op::Like => { let r = c.like(LikeRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner(); (r.changed, r.active) }
-        Op::Unlike => { let r = c.unlike(UnlikeRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner(); (r.changed, r.active) }
-        Op::Fav => { let r = c.fav(FavRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner(); (r.changed, r.active) }
+        Op::Like => {
+            let r = c.like(LikeRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner();
+            (r.changed, r.active)
+        }
+        Op::Unlike => {
+            let r = c.unlike(UnlikeRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner();
+            (r.changed, r.active)
+        }
+        Op::Fav => {
+            let r = c.fav(FavRequest { actor_id: actor, entity: e, owner_id: owner }).await?.into_inner();
+            (r.changed, r.active)
+        }
     })
 }
 
@@ -65,7 +74,10 @@ async fn run_ops(c: &CounterServiceClient<Channel>, ops: Vec<(Op, i64, i64)>, ow
 async fn counts_of(c: &mut CounterServiceClient<Channel>, movies: &[i64]) -> anyhow::Result<HashMap<i64, (u64, u64)>> {
     let mut out = HashMap::new();
     for chunk in movies.chunks(1000) {
-        let req = BatchGetEntityCountsRequest { entities: chunk.iter().map(|m| movie(*m)).collect(), metrics: vec![Metric::Like as i32, Metric::Fav as i32] };
+        let req = BatchGetEntityCountsRequest {
+            entities: chunk.iter().map(|m| movie(*m)).collect(),
+            metrics: vec![Metric::Like as i32, Metric::Fav as i32],
+        };
         for e in c.batch_get_entity_counts(req).await?.into_inner().counts {
             out.insert(e.entity.unwrap_or_default().entity_id, (e.counts[0].count, e.counts[1].count));
         }
@@ -77,7 +89,12 @@ fn owner_of(m: i64) -> i64 {
     m % 50 + 1
 }
 
-async fn check_file_against_mesh(c: &mut CounterServiceClient<Channel>, liked: &BTreeMap<(i64, i64), bool>, faved: &BTreeMap<(i64, i64), bool>, movies: &[i64]) -> anyhow::Result<()> {
+async fn check_file_against_mesh(
+    c: &mut CounterServiceClient<Channel>,
+    liked: &BTreeMap<(i64, i64), bool>,
+    faved: &BTreeMap<(i64, i64), bool>,
+    movies: &[i64],
+) -> anyhow::Result<()> {
     let mut want: HashMap<i64, (u64, u64)> = movies.iter().map(|m| (*m, (0, 0))).collect();
     for ((_, m), on) in liked {
         want.get_mut(m).expect("movie").0 += u64::from(*on);
@@ -90,7 +107,8 @@ async fn check_file_against_mesh(c: &mut CounterServiceClient<Channel>, liked: &
     let mut rng = StdRng::seed_from_u64(5);
     let pairs: Vec<(i64, i64)> = liked.keys().copied().collect();
     for i in 0..1000 {
-        let (user, m) = if i % 2 == 0 { pairs[rng.random_range(0..pairs.len())] } else { (rng.random_range(1..=610), movies[rng.random_range(0..movies.len())]) };
+        let (user, m) =
+            if i % 2 == 0 { pairs[rng.random_range(0..pairs.len())] } else { (rng.random_range(1..=610), movies[rng.random_range(0..movies.len())]) };
         let s = c.get_action_states(GetActionStatesRequest { actor_id: user, entity_type: "movie".into(), entity_ids: vec![m] }).await?.into_inner();
         let st = &s.states[0];
         assert_eq!(st.liked, liked.get(&(user, m)).copied().unwrap_or(false), "liked({user}, {m})");
@@ -104,7 +122,12 @@ async fn check_file_against_mesh(c: &mut CounterServiceClient<Channel>, liked: &
     }
     let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=50).collect() }).await?.into_inner();
     for u in r.counters {
-        assert_eq!((u.likes_received, u.favs_received), received.get(&u.user_id).copied().unwrap_or_default(), "likes/favs received by {}", u.user_id);
+        assert_eq!(
+            (u.likes_received, u.favs_received),
+            received.get(&u.user_id).copied().unwrap_or_default(),
+            "likes/favs received by {}",
+            u.user_id
+        );
     }
     Ok(())
 }
@@ -187,7 +210,10 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
         let mut rebuilt = false;
         for _ in 0..50 {
             match c.rebuild_entity_counts(admin(RebuildEntityCountsRequest { entity: Some(hot.clone()) })).await {
-                Ok(_) => { rebuilt = true; break; }
+                Ok(_) => {
+                    rebuilt = true;
+                    break;
+                }
                 Err(e) if e.code() == Code::Unavailable => tokio::time::sleep(Duration::from_millis(50)).await,
                 Err(e) => return Err(e.into()),
             }
@@ -212,7 +238,11 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
     assert_eq!(bitcount, liked, "the bitmap holds each actor's final state");
     let mut c = m.counter.counter().await?;
     let count = |mut c: CounterServiceClient<Channel>, hot: EntityRef| async move {
-        anyhow::Ok(c.get_entity_counts(GetEntityCountsRequest { entity: Some(hot), metrics: vec![] }).await?.into_inner().counts.unwrap_or_default().counts[0].count)
+        anyhow::Ok(
+            c.get_entity_counts(GetEntityCountsRequest { entity: Some(hot), metrics: vec![] }).await?.into_inner().counts.unwrap_or_default().counts
+                [0]
+            .count,
+        )
     };
     // A toggle whose publish died with the killed process is repaired from the facts once the
     // entity has been quiet for `counters.verify_after_ms`.
@@ -250,7 +280,8 @@ async fn snowflake_like_actor_ids_are_counted_in_a_set_not_in_bitmap_chunks() ->
     let mut conn = redis_conn(&m.redis_url).await?;
     let chunks: Vec<u64> = redis::AsyncCommands::smembers(&mut conn, keys.chunk_set("like")).await?;
     assert_eq!(chunks, [0], "only the small id uses a bitmap chunk");
-    let states = c.get_action_states(GetActionStatesRequest { actor_id: 1 << 40, entity_type: "post".into(), entity_ids: vec![42, 43] }).await?.into_inner();
+    let states =
+        c.get_action_states(GetActionStatesRequest { actor_id: 1 << 40, entity_type: "post".into(), entity_ids: vec![42, 43] }).await?.into_inner();
     assert_eq!(states.states.iter().map(|s| s.liked).collect::<Vec<_>>(), [true, false]);
     m.stop().await
 }
@@ -271,7 +302,8 @@ async fn bad_input_on_entity_rpcs_gets_invalid_argument_with_field_violations() 
     assert_eq!(fields(&e), ["entity.entity_type", "entity.entity_id", "owner_id"]);
     let e = c.unlike(UnlikeRequest { actor_id: 1, entity: None, owner_id: 0 }).await.unwrap_err();
     assert_eq!(fields(&e), ["entity"]);
-    let e = c.unfav(UnfavRequest { actor_id: 1, entity: Some(EntityRef { entity_type: "Post!".into(), entity_id: 1 }), owner_id: 0 }).await.unwrap_err();
+    let e =
+        c.unfav(UnfavRequest { actor_id: 1, entity: Some(EntityRef { entity_type: "Post!".into(), entity_id: 1 }), owner_id: 0 }).await.unwrap_err();
     assert_eq!(fields(&e), ["entity.entity_type"]);
     let e = c.get_entity_counts(GetEntityCountsRequest { entity: ok.clone(), metrics: vec![0, 9] }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["metrics[0]".to_owned(), "metrics[1]".to_owned()]));

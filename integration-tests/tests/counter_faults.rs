@@ -18,7 +18,15 @@ const OPS: [Toggle; 5] = [Toggle::Like, Toggle::Like, Toggle::Unlike, Toggle::Fa
 
 /// `ops` toggles by actors `1..=actors` on posts `first..first + entities`, owned by
 /// `owner_base + entity % 10`, recorded in `model`.
-async fn likes(c: &mut CounterServiceClient<Channel>, model: &mut Model, seed: u64, ops: usize, actors: i64, first: i64, owner_base: i64) -> anyhow::Result<()> {
+async fn likes(
+    c: &mut CounterServiceClient<Channel>,
+    model: &mut Model,
+    seed: u64,
+    ops: usize,
+    actors: i64,
+    first: i64,
+    owner_base: i64,
+) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(seed);
     for _ in 0..ops {
         let (a, e) = (rng.random_range(1..=actors), rng.random_range(first..first + 40));
@@ -194,7 +202,11 @@ async fn database_connections_terminated_mid_request_answer_unavailable_never_in
     }
     stop.cancel();
     let killed = killer.await??;
-    println!("{ok} calls answered, {} failed ({:?}); {killed} connections terminated", codes.len(), codes.iter().map(|c| format!("{c:?}")).collect::<std::collections::BTreeSet<_>>());
+    println!(
+        "{ok} calls answered, {} failed ({:?}); {killed} connections terminated",
+        codes.len(),
+        codes.iter().map(|c| format!("{c:?}")).collect::<std::collections::BTreeSet<_>>()
+    );
     assert!(killed > 0, "connections were terminated during the calls");
     assert!(codes.iter().all(|c| *c == Code::Unavailable), "a lost connection is UNAVAILABLE: {codes:?}");
     svc.stop().await?;

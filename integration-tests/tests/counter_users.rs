@@ -158,7 +158,8 @@ async fn publish_content(topic: &str, events: &[(ContentEventKind, i64, i64)]) -
         let key = author_id.to_be_bytes();
         let p = socialgraph_events::kafka_partition(&key, 4);
         let pc = client.partition_client(topic, p, UnknownTopicHandling::Retry).await?;
-        let record = Record { key: Some(key.to_vec()), value: Some(e.encode_to_vec()), headers: Default::default(), timestamp: rskafka::chrono::Utc::now() };
+        let record =
+            Record { key: Some(key.to_vec()), value: Some(e.encode_to_vec()), headers: Default::default(), timestamp: rskafka::chrono::Utc::now() };
         pc.produce(vec![record], Compression::Lz4).await?;
     }
     Ok(())
@@ -180,7 +181,11 @@ async fn unknown_unfollows_unknown_deletes_and_bursts_leave_counts_exact_and_nev
     }
     // Content: a delete of a post never published, a post published twice, one deleted.
     use ContentEventKind::{Deleted, Published};
-    publish_content(&m.topics.content, &[(Deleted, 900, 5), (Published, 901, 5), (Published, 901, 5), (Published, 902, 5), (Deleted, 902, 5), (Deleted, 902, 5)]).await?;
+    publish_content(
+        &m.topics.content,
+        &[(Deleted, 900, 5), (Published, 901, 5), (Published, 901, 5), (Published, 902, 5), (Deleted, 902, 5), (Deleted, 902, 5)],
+    )
+    .await?;
     m.settle(SETTLE).await?;
     let get = |u: i64| {
         let mut c = c.clone();

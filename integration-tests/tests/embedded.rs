@@ -9,8 +9,8 @@ use socialgraph_domain::Edge;
 use socialgraph_integration_tests::{DevSvc, random_workload, spawn_dev};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::*;
-use socialgraph_proto::projection::v1::{GetProjectionStatusRequest, RebuildRequest, rebuild_request};
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
+use socialgraph_proto::projection::v1::{GetProjectionStatusRequest, RebuildRequest, rebuild_request};
 use socialgraph_storage::edges::{EdgeTable, ScanFilter, scan};
 use tonic::Code;
 
@@ -80,13 +80,8 @@ async fn tables(data: &Path) -> anyhow::Result<(Vec<Edge>, Vec<Edge>)> {
 /// Asserts the follower table holds exactly the edges of the following table (both are
 /// scanned in (follower_id, followee_id) order), naming the first differences.
 fn assert_projected(following: &[Edge], follower: &[Edge]) {
-    let differences: Vec<String> = following
-        .iter()
-        .zip(follower)
-        .filter(|(a, b)| a != b)
-        .take(5)
-        .map(|(a, b)| format!("following {a:?} vs follower {b:?}"))
-        .collect();
+    let differences: Vec<String> =
+        following.iter().zip(follower).filter(|(a, b)| a != b).take(5).map(|(a, b)| format!("following {a:?} vs follower {b:?}")).collect();
     assert!(
         differences.is_empty() && following.len() == follower.len(),
         "the follower table differs from the following table ({} vs {} rows): {differences:#?}",
@@ -148,7 +143,8 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let counts = c.get_entity_counts(GetEntityCountsRequest { entity: movie(7), metrics: vec![] }).await?.into_inner().counts.unwrap_or_default();
     let values: Vec<u64> = counts.counts.iter().map(|m| m.count).collect();
     assert_eq!(values, [1, 1], "likes, favs of movie 7");
-    let states = c.get_action_states(GetActionStatesRequest { actor_id: 2, entity_type: "movie".into(), entity_ids: vec![7, 8] }).await?.into_inner().states;
+    let states =
+        c.get_action_states(GetActionStatesRequest { actor_id: 2, entity_type: "movie".into(), entity_ids: vec![7, 8] }).await?.into_inner().states;
     assert_eq!(states.iter().map(|s| (s.liked, s.faved)).collect::<Vec<_>>(), [(true, true), (false, false)]);
     socialgraph_testkit::eventually(SETTLE, "likes received by the owner", || {
         let mut c = c.clone();

@@ -86,13 +86,8 @@ async fn out_of_order_and_duplicated_events_leave_the_newest_state() -> anyhow::
         timestamp: rskafka::chrono::Utc::now(),
     };
     use RelationEventKind::{Followed, Unfollowed};
-    let sequence = [
-        event(Followed, 1, 1000),
-        event(Followed, 1, 1000),
-        event(Followed, 3, 3000),
-        event(Unfollowed, 2, 2000),
-        event(Unfollowed, 2, 2000),
-    ];
+    let sequence =
+        [event(Followed, 1, 1000), event(Followed, 1, 1000), event(Followed, 3, 3000), event(Unfollowed, 2, 2000), event(Unfollowed, 2, 2000)];
     // One batch holding all of them, then the same again one record per batch.
     let mut records: Vec<Record> = sequence.iter().map(|e| record(e.encode_to_vec())).collect();
     records.push(record(b"not a protobuf message".to_vec()));
@@ -204,8 +199,7 @@ async fn follower_reads_agree_with_the_source() -> anyhow::Result<()> {
     let live: Vec<_> = following.iter().filter(|e| e.state.as_i16() == 1).collect();
     let mut pc = projection.projection().await?;
     for user in 1..=40 {
-        let mut expected: Vec<(i64, i64)> =
-            live.iter().filter(|e| e.followee_id == user).map(|e| (e.followed_at_ms, e.follower_id)).collect();
+        let mut expected: Vec<(i64, i64)> = live.iter().filter(|e| e.followee_id == user).map(|e| (e.followed_at_ms, e.follower_id)).collect();
         expected.sort_by(|a, b| b.cmp(a));
         let (mut got, mut token) = (Vec::new(), String::new());
         loop {

@@ -19,10 +19,7 @@ async fn import(client: &mut Client, edges: &[(i64, i64, i64)]) -> anyhow::Resul
     let msgs: Vec<ImportFollowsRequest> = edges
         .chunks(500)
         .map(|c| ImportFollowsRequest {
-            edges: c
-                .iter()
-                .map(|&(f, e, at)| ImportEdge { follower_id: f, followee_id: e, followed_at: Some(timestamp_from_ms(at)) })
-                .collect(),
+            edges: c.iter().map(|&(f, e, at)| ImportEdge { follower_id: f, followee_id: e, followed_at: Some(timestamp_from_ms(at)) }).collect(),
         })
         .collect();
     Ok(client.import_follows(admin(futures::stream::iter(msgs))).await?.into_inner())
@@ -103,7 +100,10 @@ async fn reads_match_brute_force(backend: Backend) -> anyhow::Result<()> {
         let got = walk(|t| {
             let mut c = client.clone();
             async move {
-                let r = c.list_common_following(ListCommonFollowingRequest { user_id: a, other_user_id: b, page_size: 3, page_token: t }).await?.into_inner();
+                let r = c
+                    .list_common_following(ListCommonFollowingRequest { user_id: a, other_user_id: b, page_size: 3, page_token: t })
+                    .await?
+                    .into_inner();
                 Ok((r.accounts, r.next_page_token))
             }
         })
@@ -114,7 +114,10 @@ async fn reads_match_brute_force(backend: Backend) -> anyhow::Result<()> {
         let got = walk(|t| {
             let mut c = client.clone();
             async move {
-                let r = c.list_familiar_followers(ListFamiliarFollowersRequest { viewer_id: a, user_id: b, page_size: 4, page_token: t }).await?.into_inner();
+                let r = c
+                    .list_familiar_followers(ListFamiliarFollowersRequest { viewer_id: a, user_id: b, page_size: 4, page_token: t })
+                    .await?
+                    .into_inner();
                 Ok((r.accounts, r.next_page_token))
             }
         })
@@ -249,11 +252,7 @@ fn reason(status: &tonic::Status) -> String {
 }
 
 fn fields(status: &tonic::Status) -> Vec<String> {
-    status
-        .get_error_details()
-        .bad_request()
-        .map(|b| b.field_violations.iter().map(|v| v.field.clone()).collect())
-        .unwrap_or_default()
+    status.get_error_details().bad_request().map(|b| b.field_violations.iter().map(|v| v.field.clone()).collect()).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

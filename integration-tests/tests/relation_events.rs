@@ -40,10 +40,8 @@ async fn events_are_exactly_one_per_change(backend: Backend) -> anyhow::Result<(
     }
 
     let table = edges::scan(&db.conn, EdgeTable::Following, ScanFilter::default(), 1_000_000).await?;
-    let table: BTreeMap<(i64, i64), (bool, i64, i64)> = table
-        .into_iter()
-        .map(|e| ((e.follower_id, e.followee_id), (e.state.as_i16() == 1, e.version, e.followed_at_ms)))
-        .collect();
+    let table: BTreeMap<(i64, i64), (bool, i64, i64)> =
+        table.into_iter().map(|e| ((e.follower_id, e.followee_id), (e.state.as_i16() == 1, e.version, e.followed_at_ms))).collect();
     assert_eq!(replayed, table, "replaying the events onto an empty map reproduces the following table");
     svc.stop().await?;
     db.drop_db().await

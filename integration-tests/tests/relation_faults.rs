@@ -111,7 +111,13 @@ async fn a_new_leader_skips_rows_its_predecessor_published(backend: Backend) -> 
         .map(|(_, r)| {
             let id: i64 = String::from_utf8_lossy(&r.record.headers["outbox-id"]).parse().expect("outbox-id header");
             let key = i64::from_be_bytes(r.record.key.as_deref().unwrap_or_default().try_into().expect("8-byte key"));
-            let headers = r.record.headers.iter().filter(|(k, _)| *k != "outbox-id").map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect();
+            let headers = r
+                .record
+                .headers
+                .iter()
+                .filter(|(k, _)| *k != "outbox-id")
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect();
             (id, key, r.record.value.clone().unwrap_or_default(), socialgraph_events::headers::encode(&headers))
         })
         .collect();

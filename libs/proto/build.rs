@@ -13,9 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, [&root])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("socialgraph_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure()
-        .type_attribute(".", "#[allow(clippy::all, missing_docs)]")
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().type_attribute(".", "#[allow(clippy::all, missing_docs)]").compile_fds(fds)?;
     println!("cargo:rerun-if-changed={}", root.display());
     Ok(())
 }

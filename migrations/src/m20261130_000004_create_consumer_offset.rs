@@ -30,12 +30,7 @@ impl MigrationTrait for Migration {
                     .col(ColumnDef::new(ConsumerOffset::NextOffset).big_integer().not_null())
                     .col(ColumnDef::new(ConsumerOffset::LastEventMs).big_integer().null())
                     .col(ColumnDef::new(ConsumerOffset::UpdatedAtMs).big_integer().not_null())
-                    .primary_key(
-                        Index::create()
-                            .col(ConsumerOffset::Consumer)
-                            .col(ConsumerOffset::Topic)
-                            .col(ConsumerOffset::Partition),
-                    )
+                    .primary_key(Index::create().col(ConsumerOffset::Consumer).col(ConsumerOffset::Topic).col(ConsumerOffset::Partition))
                     .to_owned(),
             )
             .await

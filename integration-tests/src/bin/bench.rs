@@ -30,8 +30,7 @@ use socialgraph_domain::{Edge, EdgeState};
 use socialgraph_integration_tests::*;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::{
-    BatchGetEntityCountsRequest, BatchGetUserCountersRequest, EntityRef, FavRequest,
-    GetUserCountersRequest, LikeRequest,
+    BatchGetEntityCountsRequest, BatchGetUserCountersRequest, EntityRef, FavRequest, GetUserCountersRequest, LikeRequest,
 };
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
 use socialgraph_proto::projection::v1::ListFollowersRequest;
@@ -50,10 +49,7 @@ const CHANNELS: usize = 8;
 const PARTITIONS: i32 = 4;
 
 #[derive(Parser)]
-#[command(
-    name = "bench",
-    about = "socialgraph benchmarks: each service beside a raw baseline of the same work"
-)]
+#[command(name = "bench", about = "socialgraph benchmarks: each service beside a raw baseline of the same work")]
 struct Cli {
     #[command(subcommand)]
     part: Part,
@@ -154,12 +150,8 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if cli.plain_tracing {
         // The services' telemetry init then finds a subscriber in place and leaves it.
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .init();
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().init();
         println!("(plain tracing: the services run without their OpenTelemetry layer)");
     }
     let started = Instant::now();
@@ -175,10 +167,7 @@ async fn main() -> anyhow::Result<()> {
             likes(&defaults()).await?;
         }
     }
-    println!(
-        "\ntotal bench time {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    println!("\ntotal bench time {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -189,8 +178,7 @@ type Hist = Histogram<u64>;
 
 /// Latencies in microseconds, up to 10 minutes.
 fn hist() -> Hist {
-    Histogram::new_with_bounds(1, 600_000_000, 3)
-        .unwrap_or_else(|_| unreachable!("valid histogram bounds"))
+    Histogram::new_with_bounds(1, 600_000_000, 3).unwrap_or_else(|_| unreachable!("valid histogram bounds"))
 }
 
 fn ms(h: &Hist, q: f64) -> f64 {
@@ -221,17 +209,9 @@ impl Run {
 
     /// `n ok in t s` plus errors, for the notes under a table.
     fn describe(&self, what: &str) -> String {
-        let mut s = format!(
-            "{what}: {} ok in {:.1} s",
-            self.ok,
-            self.elapsed.as_secs_f64()
-        );
+        let mut s = format!("{what}: {} ok in {:.1} s", self.ok, self.elapsed.as_secs_f64());
         if self.errors > 0 {
-            s += &format!(
-                ", {} errors (first: {})",
-                self.errors,
-                self.first_error.as_deref().unwrap_or("?")
-            );
+            s += &format!(", {} errors (first: {})", self.errors, self.first_error.as_deref().unwrap_or("?"));
         }
         s
     }
@@ -270,13 +250,7 @@ where
             (lat, errors, first_error)
         }));
     }
-    let mut run = Run {
-        ok: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        lat: hist(),
-    };
+    let mut run = Run { ok: 0, errors: 0, first_error: None, elapsed: Duration::ZERO, lat: hist() };
     for t in tasks {
         match t.await {
             Ok((lat, errors, first_error)) => {
@@ -288,8 +262,7 @@ where
             }
             Err(e) => {
                 run.errors += 1;
-                run.first_error
-                    .get_or_insert_with(|| format!("worker panicked: {e}"));
+                run.first_error.get_or_insert_with(|| format!("worker panicked: {e}"));
             }
         }
     }
@@ -314,52 +287,23 @@ fn fmt_num(v: f64, unit: &str) -> String {
     } else {
         format!("{v:.2}")
     };
-    if unit.is_empty() {
-        n
-    } else {
-        format!("{n} {unit}")
-    }
+    if unit.is_empty() { n } else { format!("{n} {unit}") }
 }
 
 fn row(what: impl Into<String>, svc: f64, raw: f64, unit: &str) -> Row {
-    let ratio = if raw > 0.0 && svc.is_finite() {
-        format!("{:.2}", svc / raw)
-    } else {
-        "-".into()
-    };
-    Row {
-        what: what.into(),
-        svc: fmt_num(svc, unit),
-        raw: fmt_num(raw, unit),
-        ratio,
-    }
+    let ratio = if raw > 0.0 && svc.is_finite() { format!("{:.2}", svc / raw) } else { "-".into() };
+    Row { what: what.into(), svc: fmt_num(svc, unit), raw: fmt_num(raw, unit), ratio }
 }
 
 fn print_table(title: &str, svc_label: &str, raw_label: &str, rows: &[Row], notes: &[String]) {
     let w0 = rows.iter().map(|r| r.what.len()).max().unwrap_or(0).max(6);
-    let w1 = rows
-        .iter()
-        .map(|r| r.svc.len())
-        .max()
-        .unwrap_or(0)
-        .max(svc_label.len());
-    let w2 = rows
-        .iter()
-        .map(|r| r.raw.len())
-        .max()
-        .unwrap_or(0)
-        .max(raw_label.len());
+    let w1 = rows.iter().map(|r| r.svc.len()).max().unwrap_or(0).max(svc_label.len());
+    let w2 = rows.iter().map(|r| r.raw.len()).max().unwrap_or(0).max(raw_label.len());
     println!("\n{title}");
-    println!(
-        "  {:<w0$} | {:>w1$} | {:>w2$} | {:>7}",
-        "metric", svc_label, raw_label, "svc/raw"
-    );
+    println!("  {:<w0$} | {:>w1$} | {:>w2$} | {:>7}", "metric", svc_label, raw_label, "svc/raw");
     println!("  {:-<w0$}-+-{:->w1$}-+-{:->w2$}-+-{:->7}", "", "", "", "");
     for r in rows {
-        println!(
-            "  {:<w0$} | {:>w1$} | {:>w2$} | {:>7}",
-            r.what, r.svc, r.raw, r.ratio
-        );
+        println!("  {:<w0$} | {:>w1$} | {:>w2$} | {:>7}", r.what, r.svc, r.raw, r.ratio);
     }
     for n in notes {
         println!("  * {n}");
@@ -369,10 +313,7 @@ fn print_table(title: &str, svc_label: &str, raw_label: &str, rows: &[Row], note
 fn header(part: &str) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    println!(
-        "\n==================== {part} (load average {}) ====================",
-        load.join(" ")
-    );
+    println!("\n==================== {part} (load average {}) ====================", load.join(" "));
 }
 
 fn progress(msg: &str) {
@@ -389,10 +330,7 @@ fn mix(mut x: u64) -> u64 {
 
 /// `n` distinct directed edges among users `1..=users`, no self-loops.
 fn distinct_edges(n: usize, users: i64, seed: u64) -> Vec<(i64, i64)> {
-    assert!(
-        (users as f64) * (users as f64 - 1.0) > 2.0 * n as f64,
-        "too few users for {n} distinct edges"
-    );
+    assert!((users as f64) * (users as f64 - 1.0) > 2.0 * n as f64, "too few users for {n} distinct edges");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seen = HashSet::with_capacity(n);
     let mut out = Vec::with_capacity(n);
@@ -406,10 +344,7 @@ fn distinct_edges(n: usize, users: i64, seed: u64) -> Vec<(i64, i64)> {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
 }
 
 async fn channels(svc: &Svc, n: usize) -> anyhow::Result<Vec<Channel>> {
@@ -429,10 +364,7 @@ async fn kafka() -> anyhow::Result<Client> {
 }
 
 async fn create_topic(client: &Client, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    client
-        .controller_client()?
-        .create_topic(topic, partitions, 1, 5_000)
-        .await?;
+    client.controller_client()?.create_topic(topic, partitions, 1, 5_000).await?;
     Ok(())
 }
 
@@ -448,27 +380,15 @@ fn bench_prefix() -> String {
 }
 
 /// Deletes every key under `prefix` (SCAN + UNLINK, bounded by the key count).
-async fn delete_prefix(
-    conn: &mut redis::aio::MultiplexedConnection,
-    prefix: &str,
-) -> anyhow::Result<u64> {
+async fn delete_prefix(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> anyhow::Result<u64> {
     let pattern = format!("{prefix}*");
     let mut cursor: u64 = 0;
     let mut deleted = 0u64;
     for _ in 0..1_000_000 {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(5_000)
-            .query_async(conn)
-            .await?;
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(5_000).query_async(conn).await?;
         if !keys.is_empty() {
-            deleted += redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async::<u64>(conn)
-                .await?;
+            deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(conn).await?;
         }
         cursor = next;
         if cursor == 0 {
@@ -480,17 +400,11 @@ async fn delete_prefix(
 
 async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
     let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("INFO memory has no used_memory")
+    info.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse().ok()).context("INFO memory has no used_memory")
 }
 
 /// MEMORY USAGE of each key (0 for a missing key), pipelined.
-async fn memory_usage(
-    conn: &mut redis::aio::MultiplexedConnection,
-    keys: &[String],
-) -> anyhow::Result<Vec<u64>> {
+async fn memory_usage(conn: &mut redis::aio::MultiplexedConnection, keys: &[String]) -> anyhow::Result<Vec<u64>> {
     let mut out = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(1_000) {
         let mut pipe = redis::pipe();
@@ -514,11 +428,7 @@ struct RedisBench {
 async fn redis_benchmark(args: &[String]) -> anyhow::Result<RedisBench> {
     let out = tokio::time::timeout(
         Duration::from_secs(300),
-        tokio::process::Command::new("redis-benchmark")
-            .args(["-h", "127.0.0.1", "-p", "6379", "--csv"])
-            .args(args)
-            .kill_on_drop(true)
-            .output(),
+        tokio::process::Command::new("redis-benchmark").args(["-h", "127.0.0.1", "-p", "6379", "--csv"]).args(args).kill_on_drop(true).output(),
     )
     .await
     .context("redis-benchmark took longer than 300 s")?
@@ -528,26 +438,11 @@ async fn redis_benchmark(args: &[String]) -> anyhow::Result<RedisBench> {
         .lines()
         .rev()
         .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
-        .with_context(|| {
-            format!(
-                "no result from redis-benchmark: {} {}",
-                text.trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        })?;
+        .with_context(|| format!("no result from redis-benchmark: {} {}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()))?;
     // "test","rps","avg","min","p50","p95","p99","max": the test name may be long, so read from the right.
     let fields: Vec<&str> = line.trim().trim_matches('"').rsplit("\",\"").collect();
-    let num = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    Ok(RedisBench {
-        rps: num(6),
-        p50: num(3),
-        p99: num(1),
-    })
+    let num = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    Ok(RedisBench { rps: num(6), p50: num(3), p99: num(1) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -558,18 +453,13 @@ async fn relation(a: &RelationArgs) -> anyhow::Result<()> {
     let edges = Arc::new(distinct_edges(a.follows, 200_000, 1));
     let max_time = Duration::from_secs(a.max_secs);
 
-    progress(&format!(
-        "Follow RPC, {} follows, concurrency {}, relay on",
-        a.follows, a.concurrency
-    ));
+    progress(&format!("Follow RPC, {} follows, concurrency {}, relay on", a.follows, a.concurrency));
     let rpc = follow_rpc(&edges, a.concurrency, max_time, true).await?;
     progress("Follow RPC, relay off");
     let rpc_no_relay = follow_rpc(&edges, a.concurrency, max_time, false).await?;
     progress("raw transaction on PostgreSQL");
     let (raw, sync_commit) = follow_raw(&edges, a.concurrency, max_time).await?;
-    progress(
-        "raw transaction plus the RPC's other steps (pre-read, Redis token bucket), in process",
-    );
+    progress("raw transaction plus the RPC's other steps (pre-read, Redis token bucket), in process");
     let steps = follow_raw_steps(&edges, a.concurrency, max_time).await?;
     print_table(
         &format!("Follow: {} random distinct edges, concurrency {}", a.follows, a.concurrency),
@@ -601,10 +491,7 @@ async fn relation(a: &RelationArgs) -> anyhow::Result<()> {
         ],
     );
 
-    progress(&format!(
-        "relay: {} outbox rows through ImportFollows with the relay off",
-        a.relay_rows
-    ));
+    progress(&format!("relay: {} outbox rows through ImportFollows with the relay off", a.relay_rows));
     let r = relay(a.relay_rows).await?;
     print_table(
         &format!("Outbox relay: {} rows waiting in the outbox, {PARTITIONS} partitions", r.rows),
@@ -627,38 +514,19 @@ async fn relation(a: &RelationArgs) -> anyhow::Result<()> {
 }
 
 async fn relation_clients(svc: &Svc) -> anyhow::Result<Vec<RelationServiceClient<Channel>>> {
-    Ok(channels(svc, CHANNELS)
-        .await?
-        .into_iter()
-        .map(RelationServiceClient::new)
-        .collect())
+    Ok(channels(svc, CHANNELS).await?.into_iter().map(RelationServiceClient::new).collect())
 }
 
-async fn follow_rpc(
-    edges: &Arc<Vec<(i64, i64)>>,
-    concurrency: usize,
-    max_time: Duration,
-    relay: bool,
-) -> anyhow::Result<Run> {
-    let (db, svc, _topic) =
-        relation_on(Backend::Postgres, |c| c.kafka.relay_enabled = relay).await?;
+async fn follow_rpc(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time: Duration, relay: bool) -> anyhow::Result<Run> {
+    let (db, svc, _topic) = relation_on(Backend::Postgres, |c| c.kafka.relay_enabled = relay).await?;
     let clients = relation_clients(&svc).await?;
     let e = Arc::clone(edges);
     let run = closed_loop(concurrency, e.len(), max_time, move |w, i| {
         let mut c = clients[w % clients.len()].clone();
         let (follower_id, followee_id) = e[i];
         async move {
-            let r = c
-                .follow(FollowRequest {
-                    follower_id,
-                    followee_id,
-                })
-                .await?
-                .into_inner();
-            anyhow::ensure!(
-                r.changed,
-                "follow {follower_id}->{followee_id} changed nothing"
-            );
+            let r = c.follow(FollowRequest { follower_id, followee_id }).await?.into_inner();
+            anyhow::ensure!(r.changed, "follow {follower_id}->{followee_id} changed nothing");
             Ok(())
         }
     })
@@ -671,12 +539,7 @@ async fn follow_rpc(
 /// The event row the service writes for a follow (same payload and header shape).
 fn event_row(topic: &str, edge: &Edge, now: i64, seq: u64) -> NewOutboxRow {
     let event = RelationEvent {
-        event_id: format!(
-            "{:08x}-{:04x}-7000-8000-{:012x}",
-            now as u64 >> 16,
-            now as u64 & 0xffff,
-            seq
-        ),
+        event_id: format!("{:08x}-{:04x}-7000-8000-{:012x}", now as u64 >> 16, now as u64 & 0xffff, seq),
         kind: RelationEventKind::Followed as i32,
         follower_id: edge.follower_id,
         followee_id: edge.followee_id,
@@ -685,22 +548,9 @@ fn event_row(topic: &str, edge: &Edge, now: i64, seq: u64) -> NewOutboxRow {
         followed_at: Some(socialgraph_domain::timestamp_from_ms(edge.followed_at_ms)),
     };
     let mut h = BTreeMap::new();
-    h.insert(
-        "traceparent".to_owned(),
-        format!(
-            "00-{:032x}-{:016x}-01",
-            mix(seq) as u128 | 1,
-            mix(seq + 1) | 1
-        ),
-    );
-    h.insert(
-        socialgraph_events::headers::EVENT_TYPE.to_owned(),
-        "socialgraph.events.v1.RelationEvent".to_owned(),
-    );
-    h.insert(
-        socialgraph_events::headers::SCHEMA.to_owned(),
-        "v1".to_owned(),
-    );
+    h.insert("traceparent".to_owned(), format!("00-{:032x}-{:016x}-01", mix(seq) as u128 | 1, mix(seq + 1) | 1));
+    h.insert(socialgraph_events::headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.RelationEvent".to_owned());
+    h.insert(socialgraph_events::headers::SCHEMA.to_owned(), "v1".to_owned());
     NewOutboxRow {
         topic: topic.to_owned(),
         partition_key: edge.follower_id,
@@ -710,18 +560,8 @@ fn event_row(topic: &str, edge: &Edge, now: i64, seq: u64) -> NewOutboxRow {
     }
 }
 
-async fn raw_follow_tx(
-    db: &DatabaseConnection,
-    follower_id: i64,
-    followee_id: i64,
-    seq: u64,
-) -> anyhow::Result<()> {
-    let txn = db
-        .begin_with_config(
-            Some(IsolationLevel::ReadCommitted),
-            Some(AccessMode::ReadWrite),
-        )
-        .await?;
+async fn raw_follow_tx(db: &DatabaseConnection, follower_id: i64, followee_id: i64, seq: u64) -> anyhow::Result<()> {
+    let txn = db.begin_with_config(Some(IsolationLevel::ReadCommitted), Some(AccessMode::ReadWrite)).await?;
     let old = edges::get(&txn, EdgeTable::Following, follower_id, followee_id, true).await?;
     let count = edges::count(&txn, EdgeTable::Following, Col::FollowerId, follower_id).await?;
     anyhow::ensure!(count < 5_000, "cap reached");
@@ -742,26 +582,15 @@ async fn raw_follow_tx(
 
 /// The database pool relation-svc gets in the test configuration (the raw side uses the same).
 fn service_pool_size() -> u32 {
-    relation_config("postgres://unused", "unused")
-        .database
-        .max_connections
+    relation_config("postgres://unused", "unused").database.max_connections
 }
 
 /// The raw transactions on a fresh database; returns the run and the database's
 /// `synchronous_commit` (the test databases' durability setting applies to both sides).
-async fn follow_raw(
-    edges: &Arc<Vec<(i64, i64)>>,
-    concurrency: usize,
-    max_time: Duration,
-) -> anyhow::Result<(Run, String)> {
+async fn follow_raw(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time: Duration) -> anyhow::Result<(Run, String)> {
     let db = TestDb::create(Backend::Postgres).await?;
     let pool = socialgraph_storage::connect(&db.url, service_pool_size()).await?;
-    let sync_commit: String = match pool
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SHOW synchronous_commit",
-        ))
-        .await
+    let sync_commit: String = match pool.query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, "SHOW synchronous_commit")).await
     {
         Ok(Some(r)) => r.try_get_by_index(0).unwrap_or_else(|_| "?".into()),
         _ => "?".into(),
@@ -781,26 +610,13 @@ async fn follow_raw(
 
 /// The RPC's steps without gRPC: the pre-read outside the transaction, the service's Redis
 /// token bucket (pool of 16, as configured), then the raw transaction.
-async fn follow_raw_steps(
-    edges: &Arc<Vec<(i64, i64)>>,
-    concurrency: usize,
-    max_time: Duration,
-) -> anyhow::Result<Run> {
+async fn follow_raw_steps(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time: Duration) -> anyhow::Result<Run> {
     use socialgraph_cache::rate_limit::{TokenBucket, Verdict};
     let db = TestDb::create(Backend::Postgres).await?;
     let pool = socialgraph_storage::connect(&db.url, service_pool_size()).await?;
     let bp = bench_prefix();
-    let redis = socialgraph_cache::pool(
-        &socialgraph_testkit::redis_url(),
-        16,
-        Duration::from_millis(250),
-    )?;
-    let limiter = Arc::new(TokenBucket::new(
-        redis,
-        1_000_000,
-        1_000_000,
-        Duration::from_millis(250),
-    ));
+    let redis = socialgraph_cache::pool(&socialgraph_testkit::redis_url(), 16, Duration::from_millis(250))?;
+    let limiter = Arc::new(TokenBucket::new(redis, 1_000_000, 1_000_000, Duration::from_millis(250)));
     let keys = Keys::new(bp.clone());
     let e = Arc::clone(edges);
     let p = pool.clone();
@@ -811,10 +627,7 @@ async fn follow_raw_steps(
         async move {
             let pre = edges::get(&pool, EdgeTable::Following, f, t, false).await?;
             anyhow::ensure!(pre.is_none(), "edge exists");
-            anyhow::ensure!(
-                limiter.take(&key).await? == Verdict::Allowed,
-                "rate limited"
-            );
+            anyhow::ensure!(limiter.take(&key).await? == Verdict::Allowed, "rate limited");
             raw_follow_tx(&pool, f, t, i as u64).await
         }
     })
@@ -838,34 +651,16 @@ async fn import(svc: &Svc, edges: &[(i64, i64)]) -> anyhow::Result<f64> {
     let mut client = svc.client().await?;
     let msgs: Vec<ImportFollowsRequest> = edges
         .chunks(1_000)
-        .map(|c| ImportFollowsRequest {
-            edges: c
-                .iter()
-                .map(|&(f, e)| ImportEdge {
-                    follower_id: f,
-                    followee_id: e,
-                    followed_at: None,
-                })
-                .collect(),
-        })
+        .map(|c| ImportFollowsRequest { edges: c.iter().map(|&(f, e)| ImportEdge { follower_id: f, followee_id: e, followed_at: None }).collect() })
         .collect();
     let t = Instant::now();
-    let r = client
-        .import_follows(admin(futures::stream::iter(msgs)))
-        .await?
-        .into_inner();
-    anyhow::ensure!(
-        r.imported == edges.len() as i64,
-        "imported {} of {} edges",
-        r.imported,
-        edges.len()
-    );
+    let r = client.import_follows(admin(futures::stream::iter(msgs))).await?.into_inner();
+    anyhow::ensure!(r.imported == edges.len() as i64, "imported {} of {} edges", r.imported, edges.len());
     Ok(edges.len() as f64 / t.elapsed().as_secs_f64())
 }
 
 async fn relay(rows: usize) -> anyhow::Result<RelayResult> {
-    let (db, svc, topic) =
-        relation_on(Backend::Postgres, |c| c.kafka.relay_enabled = false).await?;
+    let (db, svc, topic) = relation_on(Backend::Postgres, |c| c.kafka.relay_enabled = false).await?;
     let edges = distinct_edges(rows, 1_000_000, 2);
     let import_rate = import(&svc, &edges).await?;
     let (backlog, _) = outbox::backlog(&db.conn).await?;
@@ -878,11 +673,7 @@ async fn relay(rows: usize) -> anyhow::Result<RelayResult> {
     create_topic(&client, &raw_topic, PARTITIONS).await?;
     let mut pcs = Vec::new();
     for p in 0..PARTITIONS {
-        pcs.push(
-            client
-                .partition_client(raw_topic.as_str(), p, UnknownTopicHandling::Retry)
-                .await?,
-        );
+        pcs.push(client.partition_client(raw_topic.as_str(), p, UnknownTopicHandling::Retry).await?);
     }
     let t = Instant::now();
     for round in outbox_rows.chunks(1_000) {
@@ -894,16 +685,10 @@ async fn relay(rows: usize) -> anyhow::Result<RelayResult> {
                 key: Some(key),
                 value: Some(r.row.payload.clone()),
                 headers: socialgraph_events::headers::decode(&r.row.headers),
-                timestamp: rskafka::chrono::DateTime::from_timestamp_millis(r.row.created_at_ms)
-                    .unwrap_or_default(),
+                timestamp: rskafka::chrono::DateTime::from_timestamp_millis(r.row.created_at_ms).unwrap_or_default(),
             });
         }
-        let results = futures::future::join_all(
-            groups
-                .into_iter()
-                .map(|(p, recs)| pcs[p as usize].produce(recs, Compression::Lz4)),
-        )
-        .await;
+        let results = futures::future::join_all(groups.into_iter().map(|(p, recs)| pcs[p as usize].produce(recs, Compression::Lz4))).await;
         for r in results {
             r?;
         }
@@ -917,13 +702,7 @@ async fn relay(rows: usize) -> anyhow::Result<RelayResult> {
     let relay_secs = t.elapsed().as_secs_f64();
     svc.stop().await?;
     db.drop_db().await?;
-    Ok(RelayResult {
-        rows: backlog,
-        import_rate,
-        relay_rate: backlog as f64 / relay_secs,
-        relay_secs,
-        raw_rate,
-    })
+    Ok(RelayResult { rows: backlog, import_rate, relay_rate: backlog as f64 / relay_secs, relay_secs, raw_rate })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -934,47 +713,23 @@ async fn projection(a: &ProjectionArgs) -> anyhow::Result<()> {
     let (db, relation, topic) = relation_on(Backend::Postgres, |_| {}).await?;
     let proj = spawn_projection(projection_config(&db.url, &topic, relation.addr)).await?;
     let rc = relation_clients(&relation).await?;
-    let pc: Vec<ProjectionServiceClient<Channel>> = channels(&proj, CHANNELS)
-        .await?
-        .into_iter()
-        .map(ProjectionServiceClient::new)
-        .collect();
+    let pc: Vec<ProjectionServiceClient<Channel>> = channels(&proj, CHANNELS).await?.into_iter().map(ProjectionServiceClient::new).collect();
     // Warm up: the topic exists and the consumers run once one follow made it through.
     progress("warm-up");
     let warm = propagate(&rc, &pc, 50, 2, 1, 1_000_000_000).await?;
-    anyhow::ensure!(
-        !warm.prop.is_empty(),
-        "nothing propagated during the warm-up ({} errors)",
-        warm.errors
-    );
+    anyhow::ensure!(!warm.prop.is_empty(), "nothing propagated during the warm-up ({} errors)", warm.errors);
 
     let client = kafka().await?;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     for (k, &rate) in a.rates.iter().enumerate() {
-        progress(&format!(
-            "{rate} follows/s for {} s, every {}th measured",
-            a.secs, a.sample_every
-        ));
+        progress(&format!("{rate} follows/s for {} s, every {}th measured", a.secs, a.sample_every));
         let base = 2_000_000_000 + k as i64 * 100_000_000;
         let s = propagate(&rc, &pc, rate, a.secs, a.sample_every, base).await?;
-        progress(&format!(
-            "raw produce → fetch at {rate} records/s for {} s",
-            a.secs
-        ));
+        progress(&format!("raw produce → fetch at {rate} records/s for {} s", a.secs));
         let raw = raw_transit(&client, rate, a.secs).await?;
-        rows.push(row(
-            format!("p50 @ {rate}/s"),
-            ms(&s.prop, 0.5),
-            ms(&raw, 0.5),
-            "ms",
-        ));
-        rows.push(row(
-            format!("p99 @ {rate}/s"),
-            ms(&s.prop, 0.99),
-            ms(&raw, 0.99),
-            "ms",
-        ));
+        rows.push(row(format!("p50 @ {rate}/s"), ms(&s.prop, 0.5), ms(&raw, 0.5), "ms"));
+        rows.push(row(format!("p99 @ {rate}/s"), ms(&s.prop, 0.99), ms(&raw, 0.99), "ms"));
         notes.push(format!(
             "{rate}/s offered: {} follows acked ({:.0}/s achieved, Follow p50 {:.1} ms p99 {:.1} ms), {} measured \
              ({} not measured: 64 pollers busy), {} errors{}, {} not seen within 30 s, {} not sent (4096 in flight); \
@@ -1004,13 +759,7 @@ async fn projection(a: &ProjectionArgs) -> anyhow::Result<()> {
          rskafka producer with one request in flight per partition, each taking every record waiting (like the relay)"
             .into(),
     );
-    print_table(
-        "Propagation latency, open loop",
-        "svc",
-        "raw broker",
-        &rows,
-        &notes,
-    );
+    print_table("Propagation latency, open loop", "svc", "raw broker", &rows, &notes);
     proj.stop().await?;
     relation.stop().await?;
     db.drop_db().await?;
@@ -1048,11 +797,7 @@ async fn propagate(
         first_error: Option<String>,
         timeouts: u64,
     }
-    let shared = Arc::new(std::sync::Mutex::new(Shared {
-        ack: Some(hist()),
-        prop: Some(hist()),
-        ..Default::default()
-    }));
+    let shared = Arc::new(std::sync::Mutex::new(Shared { ack: Some(hist()), prop: Some(hist()), ..Default::default() }));
     let in_flight = Arc::new(Semaphore::new(4096));
     let pollers = Arc::new(Semaphore::new(64));
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
@@ -1087,26 +832,14 @@ async fn propagate(
         tasks.spawn(async move {
             let _permit = permit;
             let t = Instant::now();
-            if let Err(e) = r
-                .follow(FollowRequest {
-                    follower_id: follower,
-                    followee_id: followee,
-                })
-                .await
-            {
+            if let Err(e) = r.follow(FollowRequest { follower_id: follower, followee_id: followee }).await {
                 let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
-                s.first_error
-                    .get_or_insert_with(|| format!("{:?}: {}", e.code(), e.message()));
+                s.first_error.get_or_insert_with(|| format!("{:?}: {}", e.code(), e.message()));
                 s.errors += 1;
                 return;
             }
             let acked = Instant::now();
-            if let Some(h) = shared
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .ack
-                .as_mut()
-            {
+            if let Some(h) = shared.lock().unwrap_or_else(|e| e.into_inner()).ack.as_mut() {
                 h.saturating_record((acked - t).as_micros() as u64);
             }
             let Some(_poller) = poller else {
@@ -1114,35 +847,21 @@ async fn propagate(
             };
             let deadline = acked + Duration::from_secs(30);
             while Instant::now() < deadline {
-                let req = ListFollowersRequest {
-                    user_id: followee,
-                    page_size: 1,
-                    page_token: String::new(),
-                };
+                let req = ListFollowersRequest { user_id: followee, page_size: 1, page_token: String::new() };
                 let listed = match p.list_followers(req).await {
-                    Ok(resp) => resp
-                        .into_inner()
-                        .followers
-                        .iter()
-                        .any(|f| f.user_id == follower),
+                    Ok(resp) => resp.into_inner().followers.iter().any(|f| f.user_id == follower),
                     Err(_) => false,
                 };
                 if listed {
                     let seen = acked.elapsed().as_micros() as u64;
-                    if let Some(h) = shared
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .prop
-                        .as_mut()
-                    {
+                    if let Some(h) = shared.lock().unwrap_or_else(|e| e.into_inner()).prop.as_mut() {
                         h.saturating_record(seen);
                     }
                     return;
                 }
                 // Every 2 ms at first, then a tenth of the time waited so far (at most 20 ms):
                 // about 10% resolution at any latency, and little load when latency is high.
-                let wait = (acked.elapsed() / 10)
-                    .clamp(Duration::from_millis(2), Duration::from_millis(20));
+                let wait = (acked.elapsed() / 10).clamp(Duration::from_millis(2), Duration::from_millis(20));
                 tokio::time::sleep(wait).await;
             }
             shared.lock().unwrap_or_else(|e| e.into_inner()).timeouts += 1;
@@ -1151,10 +870,7 @@ async fn propagate(
     }
     let offered_secs = start.elapsed().as_secs_f64();
     // Stragglers: each task ends by itself within 30 s of its ack (bounded).
-    let drain = tokio::time::timeout(Duration::from_secs(120), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    let drain = tokio::time::timeout(Duration::from_secs(120), async { while tasks.join_next().await.is_some() {} }).await;
     if drain.is_err() {
         tasks.abort_all();
     }
@@ -1182,11 +898,7 @@ async fn raw_transit(client: &Client, rate: u32, secs: u64) -> anyhow::Result<Hi
     create_topic(client, &topic, PARTITIONS).await?;
     let mut pcs = Vec::new();
     for p in 0..PARTITIONS {
-        pcs.push(Arc::new(
-            client
-                .partition_client(topic.as_str(), p, UnknownTopicHandling::Retry)
-                .await?,
-        ));
+        pcs.push(Arc::new(client.partition_client(topic.as_str(), p, UnknownTopicHandling::Retry).await?));
     }
     let start = Instant::now();
     let produced = Arc::new(AtomicU64::new(0));
@@ -1261,11 +973,7 @@ async fn raw_transit(client: &Client, rate: u32, secs: u64) -> anyhow::Result<Hi
         i += 1;
     }
     drop(senders);
-    let _ = tokio::time::timeout(
-        Duration::from_secs(60),
-        futures::future::join_all(producers),
-    )
-    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(producers)).await;
     // Let the fetchers see the last records, then stop them.
     let want = produced.load(Ordering::Relaxed);
     let wait_end = Instant::now() + Duration::from_secs(10);
@@ -1288,9 +996,7 @@ async fn raw_transit(client: &Client, rate: u32, secs: u64) -> anyhow::Result<Hi
 }
 
 async fn apply_throughput(events: usize) -> anyhow::Result<()> {
-    progress(&format!(
-        "apply throughput: ImportFollows of {events} edges with the relay on"
-    ));
+    progress(&format!("apply throughput: ImportFollows of {events} edges with the relay on"));
     let (db, relation, topic) = relation_on(Backend::Postgres, |_| {}).await?;
     let edges = distinct_edges(events, 1_000_000, 3);
     let t = Instant::now();
@@ -1307,13 +1013,7 @@ async fn apply_throughput(events: usize) -> anyhow::Result<()> {
     progress("projection-svc from offset 0 until caught up");
     let t = Instant::now();
     let proj = spawn_projection(projection_config(&db.url, &topic, relation.addr)).await?;
-    projection_caught_up(
-        &proj,
-        &socialgraph_testkit::kafka::brokers(),
-        &topic,
-        Duration::from_secs(1_800),
-    )
-    .await?;
+    projection_caught_up(&proj, &socialgraph_testkit::kafka::brokers(), &topic, Duration::from_secs(1_800)).await?;
     let apply_secs = t.elapsed().as_secs_f64();
     let metrics = proj.metrics().await.unwrap_or_default();
     let applied = metric(&metrics, "sg_projection_applied_total");
@@ -1321,12 +1021,7 @@ async fn apply_throughput(events: usize) -> anyhow::Result<()> {
         &format!("Consumer apply: {total} events pre-filled in {PARTITIONS} partitions"),
         "projection-svc",
         "rskafka fetch",
-        &[row(
-            "events/s",
-            total as f64 / apply_secs,
-            raw_records as f64 / raw_secs,
-            "/s",
-        )],
+        &[row("events/s", total as f64 / apply_secs, raw_records as f64 / raw_secs, "/s")],
         &[
             format!(
                 "svc = spawn projection-svc on an empty follower table until its offsets reach the high watermarks \
@@ -1350,19 +1045,10 @@ async fn apply_throughput(events: usize) -> anyhow::Result<()> {
 }
 
 /// Fetches every partition from offset 0 to `hw` in parallel; returns (records, seconds).
-async fn raw_fetch(
-    client: &Client,
-    topic: &str,
-    hw: &BTreeMap<i32, i64>,
-) -> anyhow::Result<(u64, f64)> {
+async fn raw_fetch(client: &Client, topic: &str, hw: &BTreeMap<i32, i64>) -> anyhow::Result<(u64, f64)> {
     let mut pcs = Vec::new();
     for (&p, &h) in hw {
-        pcs.push((
-            client
-                .partition_client(topic, p, UnknownTopicHandling::Error)
-                .await?,
-            h,
-        ));
+        pcs.push((client.partition_client(topic, p, UnknownTopicHandling::Error).await?, h));
     }
     let t = Instant::now();
     let results = futures::future::join_all(pcs.into_iter().map(|(pcl, h)| async move {
@@ -1405,11 +1091,7 @@ async fn counters(a: &CountersArgs) -> anyhow::Result<()> {
 }
 
 async fn counter_clients(svc: &Svc) -> anyhow::Result<Vec<CounterServiceClient<Channel>>> {
-    Ok(channels(svc, CHANNELS)
-        .await?
-        .into_iter()
-        .map(CounterServiceClient::new)
-        .collect())
+    Ok(channels(svc, CHANNELS).await?.into_iter().map(CounterServiceClient::new).collect())
 }
 
 /// Reads every user's counters once, in batches of 100 (creates missing ones).
@@ -1420,17 +1102,13 @@ async fn read_every_user(svc: &Svc, users: i64) -> anyhow::Result<Run> {
         let mut c = clients[w % clients.len()].clone();
         let ids: Vec<i64> = (i as i64 * 100 + 1..=((i as i64 + 1) * 100).min(users)).collect();
         async move {
-            c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids })
-                .await?;
+            c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?;
             Ok(())
         }
     })
     .await;
     if run.errors > 0 {
-        println!(
-            "  ({}: later reads create what is missing)",
-            run.describe("reading every user")
-        );
+        println!("  ({}: later reads create what is missing)", run.describe("reading every user"));
     }
     Ok(run)
 }
@@ -1440,44 +1118,24 @@ async fn counter_reads(svc: &Svc, a: &CountersArgs, seed: u64) -> anyhow::Result
     let users = a.users as u64;
     let clients = counter_clients(svc).await?;
     let cl = clients.clone();
-    let batch = closed_loop(
-        a.concurrency,
-        usize::MAX,
-        Duration::from_secs(a.secs),
-        move |w, i| {
-            let mut c = cl[w % cl.len()].clone();
-            let ids: Vec<i64> = (0..100u64)
-                .map(|k| (mix(seed ^ (i as u64 * 131 + k)) % users) as i64 + 1)
-                .collect();
-            async move {
-                let r = c
-                    .batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids })
-                    .await?
-                    .into_inner();
-                anyhow::ensure!(
-                    r.counters.len() == 100,
-                    "{} counters for 100 ids",
-                    r.counters.len()
-                );
-                Ok(())
-            }
-        },
-    )
+    let batch = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let ids: Vec<i64> = (0..100u64).map(|k| (mix(seed ^ (i as u64 * 131 + k)) % users) as i64 + 1).collect();
+        async move {
+            let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?.into_inner();
+            anyhow::ensure!(r.counters.len() == 100, "{} counters for 100 ids", r.counters.len());
+            Ok(())
+        }
+    })
     .await;
-    let single = closed_loop(
-        a.concurrency,
-        usize::MAX,
-        Duration::from_secs(a.secs),
-        move |w, i| {
-            let mut c = clients[w % clients.len()].clone();
-            let user_id = (mix(seed ^ i as u64) % users) as i64 + 1;
-            async move {
-                c.get_user_counters(GetUserCountersRequest { user_id })
-                    .await?;
-                Ok(())
-            }
-        },
-    )
+    let single = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = clients[w % clients.len()].clone();
+        let user_id = (mix(seed ^ i as u64) % users) as i64 + 1;
+        async move {
+            c.get_user_counters(GetUserCountersRequest { user_id }).await?;
+            Ok(())
+        }
+    })
     .await;
     Ok((batch, single))
 }
@@ -1490,12 +1148,7 @@ async fn set_check_keys(m: &Mesh, users: i64, resting: bool) -> anyhow::Result<(
         let mut pipe = redis::pipe();
         for &u in chunk {
             if resting {
-                pipe.cmd("SET")
-                    .arg(keys.user_check(u))
-                    .arg(1)
-                    .arg("EX")
-                    .arg(3_600)
-                    .ignore();
+                pipe.cmd("SET").arg(keys.user_check(u)).arg(1).arg("EX").arg(3_600).ignore();
             } else {
                 pipe.del(keys.user_check(u)).ignore();
             }
@@ -1514,19 +1167,13 @@ async fn restart_counter(m: &mut Mesh, check_interval_secs: u64) -> anyhow::Resu
 }
 
 async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
-    progress(&format!(
-        "creating the counters of {} users (one read each)",
-        a.users
-    ));
+    progress(&format!("creating the counters of {} users (one read each)", a.users));
     let create = read_every_user(&m.counter, a.users).await?;
 
     // Steady state: every user's sampled check is resting (as within 300 s of its last
     // check), so a read costs its GET plus one SET NX per id.
     set_check_keys(m, a.users, true).await?;
-    progress(&format!(
-        "BatchGetUserCounters(100) and GetUserCounters, checks resting, concurrency {}, {} s each",
-        a.concurrency, a.secs
-    ));
+    progress(&format!("BatchGetUserCounters(100) and GetUserCounters, checks resting, concurrency {}, {} s each", a.concurrency, a.secs));
     let (batch, single) = counter_reads(&m.counter, a, 7).await?;
 
     progress("the same with counter-svc restarted with counters.check_interval_secs = 0");
@@ -1540,51 +1187,28 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     for chunk in (0..a.users).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
         for u in chunk {
-            pipe.set(format!("{bp}u:{u:012}"), [7u8; 20].as_slice())
-                .ignore();
+            pipe.set(format!("{bp}u:{u:012}"), [7u8; 20].as_slice()).ignore();
         }
         pipe.query_async::<()>(&mut conn).await?;
     }
     let r = a.users.to_string();
     let c = a.concurrency.to_string();
-    let get = redis_benchmark(&[
-        "-c".into(),
-        c.clone(),
-        "-n".into(),
-        "200000".into(),
-        "-r".into(),
-        r.clone(),
-        "GET".into(),
-        format!("{bp}u:__rand_int__"),
-    ])
-    .await?;
-    let mut mget_args = vec![
-        "-c".into(),
-        c.clone(),
-        "-n".into(),
-        "100000".into(),
-        "-r".into(),
-        r.clone(),
-        "MGET".into(),
-    ];
+    let get =
+        redis_benchmark(&["-c".into(), c.clone(), "-n".into(), "200000".into(), "-r".into(), r.clone(), "GET".into(), format!("{bp}u:__rand_int__")])
+            .await?;
+    let mut mget_args = vec!["-c".into(), c.clone(), "-n".into(), "100000".into(), "-r".into(), r.clone(), "MGET".into()];
     mget_args.extend((0..100).map(|_| format!("{bp}u:__rand_int__")));
     let mget = redis_benchmark(&mget_args).await?;
     delete_prefix(&mut conn, &bp).await?;
 
-    progress(&format!(
-        "memory of {} user counters: 20-byte strings vs hashes of five fields",
-        a.memory_users
-    ));
+    progress(&format!("memory of {} user counters: 20-byte strings vs hashes of five fields", a.memory_users));
     let (str_usage, str_delta) = counter_memory(&mut conn, a.memory_users, false).await?;
     let (hash_usage, hash_delta) = counter_memory(&mut conn, a.memory_users, true).await?;
     print_table(
         &format!("Memory per user counter, {} users", a.memory_users),
         "string sg:ucnt",
         "hash of 5 fields",
-        &[
-            row("MEMORY USAGE bytes/user", str_usage, hash_usage, "B"),
-            row("used_memory delta bytes/user", str_delta, hash_delta, "B"),
-        ],
+        &[row("MEMORY USAGE bytes/user", str_usage, hash_usage, "B"), row("used_memory delta bytes/user", str_delta, hash_delta, "B")],
         &[
             "string = the service's layout: key sg:ucnt:{uid} (real key builder, bench prefix), 20-byte value (5 x u32)".into(),
             "hash = the same five counters as HSET fields fo,fe,po,lr,fr with decimal values (listpack encoding); \
@@ -1648,11 +1272,7 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
 
 /// Writes `users` counters under a bench prefix (strings of 20 bytes, or hashes of five
 /// fields), measures them, deletes them. Returns (MEMORY USAGE mean, used_memory delta) per user.
-async fn counter_memory(
-    conn: &mut redis::aio::MultiplexedConnection,
-    users: i64,
-    as_hash: bool,
-) -> anyhow::Result<(f64, f64)> {
+async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64, as_hash: bool) -> anyhow::Result<(f64, f64)> {
     let bp = bench_prefix();
     let keys = Keys::new(bp.clone());
     let before = used_memory(conn).await?;
@@ -1660,13 +1280,7 @@ async fn counter_memory(
     for chunk in ids.chunks(1_000) {
         let mut pipe = redis::pipe();
         for &u in chunk {
-            let v = [
-                (u % 5_000) as u32,
-                (mix(u as u64) % 100_000) as u32,
-                (u % 300) as u32,
-                (u % 70_000) as u32,
-                (u % 9_000) as u32,
-            ];
+            let v = [(u % 5_000) as u32, (mix(u as u64) % 100_000) as u32, (u % 300) as u32, (u % 70_000) as u32, (u % 9_000) as u32];
             if as_hash {
                 let key = keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:");
                 pipe.cmd("HSET")
@@ -1683,11 +1297,7 @@ async fn counter_memory(
                     .arg(v[4])
                     .ignore();
             } else {
-                pipe.set(
-                    keys.user_counters(u),
-                    socialgraph_cache::counters::Sds(v).encode().as_slice(),
-                )
-                .ignore();
+                pipe.set(keys.user_counters(u), socialgraph_cache::counters::Sds(v).encode().as_slice()).ignore();
             }
         }
         pipe.query_async::<()>(&mut *conn).await?;
@@ -1695,20 +1305,11 @@ async fn counter_memory(
     let after = used_memory(conn).await?;
     let sample: Vec<String> = (0..1_000)
         .map(|k| (mix(k) % users as u64) as i64 + 1)
-        .map(|u| {
-            if as_hash {
-                keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:")
-            } else {
-                keys.user_counters(u)
-            }
-        })
+        .map(|u| if as_hash { keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:") } else { keys.user_counters(u) })
         .collect();
     let usage = memory_usage(conn, &sample).await?;
     delete_prefix(conn, &bp).await?;
-    Ok((
-        usage.iter().sum::<u64>() as f64 / usage.len() as f64,
-        (after - before) as f64 / users as f64,
-    ))
+    Ok((usage.iter().sum::<u64>() as f64 / usage.len() as f64, (after - before) as f64 / users as f64))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1731,13 +1332,7 @@ async fn ready(svc: &Svc) -> anyhow::Result<()> {
     let url = format!("http://{}/ready", svc.admin_addr);
     socialgraph_testkit::eventually(Duration::from_secs(60), "the service to be ready", || {
         let url = url.clone();
-        async move {
-            Ok(reqwest::get(url)
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-                .map(|_| ()))
-        }
+        async move { Ok(reqwest::get(url).await.ok().filter(|r| r.status().is_success()).map(|_| ())) }
     })
     .await
 }
@@ -1750,80 +1345,39 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let mut seen = HashSet::new();
     let mut pairs = Vec::with_capacity(a.likes);
     while pairs.len() < a.likes && seen.len() < (a.entities as usize) * 32_000 {
-        let p = (
-            rng.random_range(1..=32_767i64),
-            rng.random_range(1..=a.entities),
-        );
+        let p = (rng.random_range(1..=32_767i64), rng.random_range(1..=a.entities));
         if seen.insert(p) {
             pairs.push(p);
         }
     }
     let pairs = Arc::new(pairs);
-    progress(&format!(
-        "Like RPC, concurrency {}, up to {} s",
-        a.concurrency, a.secs
-    ));
+    progress(&format!("Like RPC, concurrency {}, up to {} s", a.concurrency, a.secs));
     let (cl, pp) = (clients.clone(), Arc::clone(&pairs));
-    let like = closed_loop(
-        a.concurrency,
-        pp.len(),
-        Duration::from_secs(a.secs),
-        move |w, i| {
-            let mut c = cl[w % cl.len()].clone();
-            let (actor_id, entity_id) = pp[i];
-            async move {
-                let r = c
-                    .like(LikeRequest {
-                        actor_id,
-                        entity: Some(EntityRef {
-                            entity_type: "post".into(),
-                            entity_id,
-                        }),
-                        owner_id: 0,
-                    })
-                    .await?
-                    .into_inner();
-                anyhow::ensure!(
-                    r.changed,
-                    "like {actor_id} → post {entity_id} changed nothing"
-                );
-                Ok(())
-            }
-        },
-    )
+    let like = closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let (actor_id, entity_id) = pp[i];
+        async move {
+            let r =
+                c.like(LikeRequest { actor_id, entity: Some(EntityRef { entity_type: "post".into(), entity_id }), owner_id: 0 }).await?.into_inner();
+            anyhow::ensure!(r.changed, "like {actor_id} → post {entity_id} changed nothing");
+            Ok(())
+        }
+    })
     .await;
-    let publish_failures = metric(
-        &m.counter.metrics().await.unwrap_or_default(),
-        "sg_action_publish_failures_total",
-    );
+    let publish_failures = metric(&m.counter.metrics().await.unwrap_or_default(), "sg_action_publish_failures_total");
 
     // Raw 1: redis-benchmark EVALSHA of the toggle script.
     progress("redis-benchmark EVALSHA of the toggle script");
     let mut conn = bench_redis().await?;
     let scripts = socialgraph_cache::entities::EntityScripts::default();
-    let sha = scripts
-        .toggle
-        .prepare_invoke()
-        .load_async(&mut conn)
-        .await?;
+    let sha = scripts.toggle.prepare_invoke().load_async(&mut conn).await?;
     // __rand_int__ expands to 12 zero-padded digits, which GETBIT/SETBIT refuse as a bit offset
     // ("bit offset is not an integer"), so the randomness goes into the entity of the keys and
     // the bit stays fixed: every call flips a new entity's bit (the `changed` path).
     let ek = Keys::new(bp.to_owned()).entity("rb", 0);
     let tag = |k: String| k.replace("{rb:0}", "{rb:__rand_int__}");
-    let mut eval_args: Vec<String> = vec![
-        "-c".into(),
-        a.concurrency.to_string(),
-        "-n".into(),
-        "200000".into(),
-    ];
-    eval_args.extend([
-        "-r".into(),
-        "100000000".into(),
-        "EVALSHA".into(),
-        sha.clone(),
-        "10".into(),
-    ]);
+    let mut eval_args: Vec<String> = vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "200000".into()];
+    eval_args.extend(["-r".into(), "100000000".into(), "EVALSHA".into(), sha.clone(), "10".into()]);
     eval_args.extend(toggle_keys(&ek, 0).into_iter().map(tag));
     eval_args.extend(["bit".into(), "4242".into(), "1".into(), "0".into(), "1".into(), "1|0|1|1|0|".into()]);
     let eval = redis_benchmark(&eval_args).await?;
@@ -1850,32 +1404,27 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     }
     let (pp, bpx) = (Arc::clone(&pairs), bp.to_owned());
     let toggle = Arc::new(scripts.toggle.clone());
-    let direct = closed_loop(
-        a.concurrency,
-        pp.len(),
-        Duration::from_secs(a.secs),
-        move |w, i| {
-            let mut conn = rconns[w % rconns.len()].clone();
-            let (actor, entity) = pp[i];
-            let k = Keys::new(bpx.clone()).entity("post", entity);
-            let toggle = Arc::clone(&toggle);
-            async move {
-                let (bit, chunk) = ((actor as u64) % 32_768, (actor as u64) / 32_768);
-                let (changed, _seq): (i64, i64) = toggle
-                    .key(toggle_keys(&k, chunk))
-                    .arg("bit")
-                    .arg(bit)
-                    .arg(1)
-                    .arg(chunk)
-                    .arg(1)
-                    .arg(format!("{actor}|0|1|1|0|"))
-                    .invoke_async(&mut conn)
-                    .await?;
-                anyhow::ensure!(changed == 1, "raw toggle changed nothing");
-                Ok(())
-            }
-        },
-    )
+    let direct = closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
+        let mut conn = rconns[w % rconns.len()].clone();
+        let (actor, entity) = pp[i];
+        let k = Keys::new(bpx.clone()).entity("post", entity);
+        let toggle = Arc::clone(&toggle);
+        async move {
+            let (bit, chunk) = ((actor as u64) % 32_768, (actor as u64) / 32_768);
+            let (changed, _seq): (i64, i64) = toggle
+                .key(toggle_keys(&k, chunk))
+                .arg("bit")
+                .arg(bit)
+                .arg(1)
+                .arg(chunk)
+                .arg(1)
+                .arg(format!("{actor}|0|1|1|0|"))
+                .invoke_async(&mut conn)
+                .await?;
+            anyhow::ensure!(changed == 1, "raw toggle changed nothing");
+            Ok(())
+        }
+    })
     .await;
     delete_prefix(&mut conn, bp).await?;
 
@@ -1886,30 +1435,21 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     create_topic(&client, &topic, PARTITIONS).await?;
     let mut pcs = Vec::new();
     for p in 0..PARTITIONS {
-        pcs.push(Arc::new(
-            client
-                .partition_client(topic.as_str(), p, UnknownTopicHandling::Retry)
-                .await?,
-        ));
+        pcs.push(Arc::new(client.partition_client(topic.as_str(), p, UnknownTopicHandling::Retry).await?));
     }
-    let produce = closed_loop(
-        a.concurrency,
-        1_000_000,
-        Duration::from_secs(a.secs),
-        move |_, i| {
-            let pcl = Arc::clone(&pcs[i % pcs.len()]);
-            async move {
-                let rec = Record {
-                    key: Some(format!("post:{i}").into_bytes()),
-                    value: Some(vec![0u8; 90]),
-                    headers: BTreeMap::new(),
-                    timestamp: rskafka::chrono::Utc::now(),
-                };
-                pcl.produce(vec![rec], Compression::Lz4).await?;
-                Ok(())
-            }
-        },
-    )
+    let produce = closed_loop(a.concurrency, 1_000_000, Duration::from_secs(a.secs), move |_, i| {
+        let pcl = Arc::clone(&pcs[i % pcs.len()]);
+        async move {
+            let rec = Record {
+                key: Some(format!("post:{i}").into_bytes()),
+                value: Some(vec![0u8; 90]),
+                headers: BTreeMap::new(),
+                timestamp: rskafka::chrono::Utc::now(),
+            };
+            pcl.produce(vec![rec], Compression::Lz4).await?;
+            Ok(())
+        }
+    })
     .await;
 
     print_table(
@@ -1945,85 +1485,39 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
 
     // Entity counts: BatchGetEntityCounts(100) vs MGET of 100 counters.
     progress("waiting for the counter consumer, then BatchGetEntityCounts(100)");
-    counter_caught_up(
-        &m.redis_url,
-        &m.prefix,
-        &[&m.topics.counter],
-        Duration::from_secs(600),
-    )
-    .await?;
+    counter_caught_up(&m.redis_url, &m.prefix, &[&m.topics.counter], Duration::from_secs(600)).await?;
     let entities = a.entities as u64;
     let cl = clients.clone();
-    let counts = closed_loop(
-        a.concurrency,
-        usize::MAX,
-        Duration::from_secs(a.secs),
-        move |w, i| {
-            let mut c = cl[w % cl.len()].clone();
-            let ents: Vec<EntityRef> = (0..100u64)
-                .map(|k| EntityRef {
-                    entity_type: "post".into(),
-                    entity_id: (mix(i as u64 * 131 + k) % entities) as i64 + 1,
-                })
-                .collect();
-            async move {
-                let r = c
-                    .batch_get_entity_counts(BatchGetEntityCountsRequest {
-                        entities: ents,
-                        metrics: vec![],
-                    })
-                    .await?
-                    .into_inner();
-                anyhow::ensure!(
-                    r.counts.len() == 100,
-                    "{} counts for 100 entities",
-                    r.counts.len()
-                );
-                Ok(())
-            }
-        },
-    )
+    let counts = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let ents: Vec<EntityRef> =
+            (0..100u64).map(|k| EntityRef { entity_type: "post".into(), entity_id: (mix(i as u64 * 131 + k) % entities) as i64 + 1 }).collect();
+        async move {
+            let r = c.batch_get_entity_counts(BatchGetEntityCountsRequest { entities: ents, metrics: vec![] }).await?.into_inner();
+            anyhow::ensure!(r.counts.len() == 100, "{} counts for 100 entities", r.counts.len());
+            Ok(())
+        }
+    })
     .await;
     progress("redis-benchmark MGET of 100 entity counters");
     let kk = Keys::new(bp.to_owned());
     for chunk in (0..a.entities).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
         for e in chunk {
-            pipe.set(
-                kk.entity("post", 0)
-                    .counter()
-                    .replace("{post:0}", &format!("{{post:{e:012}}}")),
-                [3u8; 20].as_slice(),
-            )
-            .ignore();
+            pipe.set(kk.entity("post", 0).counter().replace("{post:0}", &format!("{{post:{e:012}}}")), [3u8; 20].as_slice()).ignore();
         }
         pipe.query_async::<()>(&mut conn).await?;
     }
-    let mut mget_args: Vec<String> = vec![
-        "-c".into(),
-        a.concurrency.to_string(),
-        "-n".into(),
-        "100000".into(),
-        "-r".into(),
-        a.entities.to_string(),
-        "MGET".into(),
-    ];
-    mget_args.extend((0..100).map(|_| {
-        kk.entity("post", 0)
-            .counter()
-            .replace("{post:0}", "{post:__rand_int__}")
-    }));
+    let mut mget_args: Vec<String> =
+        vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "100000".into(), "-r".into(), a.entities.to_string(), "MGET".into()];
+    mget_args.extend((0..100).map(|_| kk.entity("post", 0).counter().replace("{post:0}", "{post:__rand_int__}")));
     let mget = redis_benchmark(&mget_args).await?;
     delete_prefix(&mut conn, bp).await?;
     print_table(
         &format!("Entity counts, 100 random posts of {} per request, concurrency {}", a.entities, a.concurrency),
         "BatchGetEntityCounts",
         "redis-benchmark MGET",
-        &[
-            row("req/s", counts.rate(), mget.rps, "/s"),
-            row("p50", counts.p50(), mget.p50, "ms"),
-            row("p99", counts.p99(), mget.p99, "ms"),
-        ],
+        &[row("req/s", counts.rate(), mget.rps, "/s"), row("p50", counts.p50(), mget.p50, "ms"), row("p99", counts.p99(), mget.p99, "ms")],
         &[
             counts.describe("BatchGetEntityCounts"),
             "the service runs one read-or-rebuild script per entity (9 keys each) in one pipeline; raw = one MGET of 100 \
@@ -2046,10 +1540,7 @@ async fn movielens(
     let file = match std::fs::File::open(&a.movielens) {
         Ok(f) => f,
         Err(e) => {
-            println!(
-                "\n  MovieLens memory not measured: cannot open {}: {e}",
-                a.movielens
-            );
+            println!("\n  MovieLens memory not measured: cannot open {}: {e}", a.movielens);
             return Ok(());
         }
     };
@@ -2078,84 +1569,37 @@ async fn movielens(
             favs.entry(mv).or_default().push(u);
         }
     }
-    let (n_likes, n_favs) = (
-        likes.values().map(Vec::len).sum::<usize>(),
-        favs.values().map(Vec::len).sum::<usize>(),
-    );
-    progress(&format!(
-        "MovieLens: {ratings} ratings → {n_likes} likes and {n_favs} favs through the RPCs"
-    ));
+    let (n_likes, n_favs) = (likes.values().map(Vec::len).sum::<usize>(), favs.values().map(Vec::len).sum::<usize>());
+    progress(&format!("MovieLens: {ratings} ratings → {n_likes} likes and {n_favs} favs through the RPCs"));
     let ops = Arc::new(ops);
     let (cl, oo) = (clients.to_vec(), Arc::clone(&ops));
-    let load = closed_loop(
-        a.concurrency,
-        oo.len(),
-        Duration::from_secs(900),
-        move |w, i| {
-            let mut c = cl[w % cl.len()].clone();
-            let (actor_id, entity_id, fav) = oo[i];
-            let entity = Some(EntityRef {
-                entity_type: "movie".into(),
-                entity_id,
-            });
-            async move {
-                let changed = if fav {
-                    c.fav(FavRequest {
-                        actor_id,
-                        entity,
-                        owner_id: 0,
-                    })
-                    .await?
-                    .into_inner()
-                    .changed
-                } else {
-                    c.like(LikeRequest {
-                        actor_id,
-                        entity,
-                        owner_id: 0,
-                    })
-                    .await?
-                    .into_inner()
-                    .changed
-                };
-                anyhow::ensure!(changed, "toggle changed nothing");
-                Ok(())
-            }
-        },
-    )
+    let load = closed_loop(a.concurrency, oo.len(), Duration::from_secs(900), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let (actor_id, entity_id, fav) = oo[i];
+        let entity = Some(EntityRef { entity_type: "movie".into(), entity_id });
+        async move {
+            let changed = if fav {
+                c.fav(FavRequest { actor_id, entity, owner_id: 0 }).await?.into_inner().changed
+            } else {
+                c.like(LikeRequest { actor_id, entity, owner_id: 0 }).await?.into_inner().changed
+            };
+            anyhow::ensure!(changed, "toggle changed nothing");
+            Ok(())
+        }
+    })
     .await;
-    counter_caught_up(
-        &m.redis_url,
-        &m.prefix,
-        &[&m.topics.counter],
-        Duration::from_secs(600),
-    )
-    .await?;
+    counter_caught_up(&m.redis_url, &m.prefix, &[&m.topics.counter], Duration::from_secs(600)).await?;
 
     // Every key of every movie with a fact, by kind.
-    let movies: Vec<i64> = likes
-        .keys()
-        .chain(favs.keys())
-        .copied()
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let movies: Vec<i64> = likes.keys().chain(favs.keys()).copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     let keys = Keys::new(m.prefix.clone());
     let mut pipe = redis::pipe();
     for &mv in &movies {
         let k = keys.entity("movie", mv);
-        pipe.smembers(k.chunk_set("like"))
-            .smembers(k.chunk_set("fav"));
+        pipe.smembers(k.chunk_set("like")).smembers(k.chunk_set("fav"));
     }
     let chunk_ids: Vec<Vec<u64>> = pipe.query_async(&mut *conn).await?;
-    let kinds = [
-        "bitmap chunks",
-        "chunk sets",
-        "sparse sets",
-        "seq",
-        "counter",
-        "outbox",
-    ];
+    let kinds = ["bitmap chunks", "chunk sets", "sparse sets", "seq", "counter", "outbox"];
     let mut by_kind: Vec<Vec<String>> = vec![Vec::new(); kinds.len()];
     for (i, &mv) in movies.iter().enumerate() {
         let k = keys.entity("movie", mv);
@@ -2177,24 +1621,13 @@ async fn movielens(
         let sum: u64 = usage.iter().sum();
         let present = usage.iter().filter(|&&u| u > 0).count();
         svc_total += sum;
-        breakdown.push(format!(
-            "{kind} {:.0} B ({present} keys)",
-            sum as f64 / movies.len() as f64
-        ));
+        breakdown.push(format!("{kind} {:.0} B ({present} keys)", sum as f64 / movies.len() as f64));
     }
 
     // The shared set of recently toggled entities (emptied by the outbox relay once quiet).
     let pending_key = keys.pending_entities();
-    let pending_members: u64 = redis::cmd("ZCARD")
-        .arg(&pending_key)
-        .query_async(&mut *conn)
-        .await
-        .unwrap_or_default();
-    let pending_bytes = memory_usage(conn, std::slice::from_ref(&pending_key))
-        .await?
-        .first()
-        .copied()
-        .unwrap_or_default();
+    let pending_members: u64 = redis::cmd("ZCARD").arg(&pending_key).query_async(&mut *conn).await.unwrap_or_default();
+    let pending_bytes = memory_usage(conn, std::slice::from_ref(&pending_key)).await?.first().copied().unwrap_or_default();
 
     // Raw: the same facts as one SET of user ids per movie and metric.
     let before = used_memory(conn).await?;
@@ -2215,18 +1648,10 @@ async fn movielens(
     delete_prefix(conn, bp).await?;
     let n = movies.len() as f64;
     print_table(
-        &format!(
-            "Memory per liked entity: MovieLens, {} movies with {n_likes} likes and {n_favs} favs",
-            movies.len()
-        ),
+        &format!("Memory per liked entity: MovieLens, {} movies with {n_likes} likes and {n_favs} favs", movies.len()),
         "counter-svc keys",
         "SET of user ids",
-        &[row(
-            "MEMORY USAGE bytes/movie",
-            svc_total as f64 / n,
-            set_total as f64 / n,
-            "B",
-        )],
+        &[row("MEMORY USAGE bytes/movie", svc_total as f64 / n, set_total as f64 / n, "B")],
         &[
             format!("counter-svc per movie: {}", breakdown.join(", ")),
             format!(
@@ -2237,8 +1662,7 @@ async fn movielens(
                 "raw = SADD {bp}ml:{{movie:id}}:like / :fav of the user ids (intset encoding); used_memory delta {:.0} B/movie",
                 set_delta as f64 / n
             ),
-            load.describe("load through Like/Fav RPCs")
-                + &format!(" ({:.0} toggles/s)", load.rate()),
+            load.describe("load through Like/Fav RPCs") + &format!(" ({:.0} toggles/s)", load.rate()),
         ],
     );
     Ok(())

@@ -36,16 +36,9 @@ pub fn validate_batch(field: &str, ids: &[i64]) -> Result<(), Vec<Violation>> {
         return Err(vec![Violation::new(field, "must hold at least one id")]);
     }
     if ids.len() > crate::MAX_BATCH {
-        return Err(vec![Violation::new(
-            field,
-            format!("holds {} ids, at most {} are allowed", ids.len(), crate::MAX_BATCH),
-        )]);
+        return Err(vec![Violation::new(field, format!("holds {} ids, at most {} are allowed", ids.len(), crate::MAX_BATCH))]);
     }
-    let bad: Vec<Violation> = ids
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &id)| validate_user_id(&format!("{field}[{i}]"), id).err())
-        .collect();
+    let bad: Vec<Violation> = ids.iter().enumerate().filter_map(|(i, &id)| validate_user_id(&format!("{field}[{i}]"), id).err()).collect();
     if bad.is_empty() { Ok(()) } else { Err(bad) }
 }
 

@@ -108,8 +108,7 @@ impl PageTokenKey {
 
     fn mac(&self, body: &[u8]) -> [u8; MAC_LEN] {
         // HMAC accepts keys of any length, so construction cannot fail.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         mac.update(body);
         let full = mac.finalize().into_bytes();
         let mut out = [0u8; MAC_LEN];
@@ -146,8 +145,7 @@ impl PageTokenKey {
         }
         let (body, mac) = bytes.split_at(BODY_LEN);
         // Constant-time comparison through the hmac crate's verifier.
-        let mut verifier = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        let mut verifier = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         verifier.update(body);
         verifier.verify_truncated_left(mac).map_err(|_| PageTokenError::Tampered)?;
         let int = |i: usize| {
@@ -180,12 +178,7 @@ mod tests {
     use super::*;
 
     fn token() -> PageToken {
-        PageToken {
-            kind: ListKind::Following,
-            a: 42,
-            b: 0,
-            cursor: Cursor { followed_at_ms: 1_700_000_000_000, peer_id: 7 },
-        }
+        PageToken { kind: ListKind::Following, a: 42, b: 0, cursor: Cursor { followed_at_ms: 1_700_000_000_000, peer_id: 7 } }
     }
 
     #[test]

@@ -52,9 +52,7 @@ impl Assignment {
                 v.dedup();
                 v
             }
-            Self::Replica { ordinal, count } => {
-                (0..total).filter(|p| (*p as u32) % (*count).max(1) == *ordinal).collect()
-            }
+            Self::Replica { ordinal, count } => (0..total).filter(|p| (*p as u32) % (*count).max(1) == *ordinal).collect(),
         }
     }
 }

@@ -19,10 +19,7 @@ pub fn encode(headers: &BTreeMap<String, String>) -> String {
 
 /// Decodes `name: value` lines; lines without `": "` are ignored.
 pub fn decode(text: &str) -> BTreeMap<String, Vec<u8>> {
-    text.lines()
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
-        .collect()
+    text.lines().filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec())).collect()
 }
 
 #[cfg(test)]

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rskafka::BackoffConfig;
 use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder, error::Error as RsError, error::ProtocolError};
 use rskafka::record::Record;
-use rskafka::BackoffConfig;
 use socialgraph_storage::outbox::OutboxRow;
 use tokio::sync::Mutex;
 
@@ -35,18 +35,9 @@ fn kerr(op: impl Into<String>) -> impl FnOnce(RsError) -> KafkaError {
 /// # Errors
 /// The broker cannot be reached.
 pub async fn connect(brokers: &[String], request_deadline: Duration) -> Result<Client, KafkaError> {
-    let backoff = BackoffConfig {
-        init_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_secs(1),
-        base: 2.0,
-        deadline: Some(request_deadline),
-    };
-    ClientBuilder::new(brokers.to_vec())
-        .client_id("socialgraph")
-        .backoff_config(backoff)
-        .build()
-        .await
-        .map_err(kerr("connect"))
+    let backoff =
+        BackoffConfig { init_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(1), base: 2.0, deadline: Some(request_deadline) };
+    ClientBuilder::new(brokers.to_vec()).client_id("socialgraph").backoff_config(backoff).build().await.map_err(kerr("connect"))
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists, and returns its actual
@@ -142,10 +133,7 @@ impl Producer {
             return Ok(Arc::clone(c));
         }
         let c = Arc::new(
-            self.client
-                .partition_client(topic, partition, UnknownTopicHandling::Retry)
-                .await
-                .map_err(kerr(format!("open {topic}/{partition}")))?,
+            self.client.partition_client(topic, partition, UnknownTopicHandling::Retry).await.map_err(kerr(format!("open {topic}/{partition}")))?,
         );
         self.partitions.lock().await.insert(key, Arc::clone(&c));
         Ok(c)

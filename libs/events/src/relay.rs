@@ -150,7 +150,11 @@ pub async fn run_relay<S: EventSink>(
 
 /// On taking the lead: deletes the outbox rows at the head that the sink already holds (the
 /// previous leader published them and died before its delete). Returns how many.
-async fn skip_published<S: EventSink>(db: &DatabaseConnection, sink: &S, config: &RelayConfig) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+async fn skip_published<S: EventSink>(
+    db: &DatabaseConnection,
+    sink: &S,
+    config: &RelayConfig,
+) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
     let mut total = 0;
     loop {
         let rows = outbox::fetch(db, config.batch_size).await?;
@@ -171,12 +175,7 @@ async fn sleep_or_cancel(d: Duration, cancel: &CancellationToken) {
 }
 
 fn backoff(config: &RelayConfig) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(config.backoff_min)
-        .with_max_delay(config.backoff_max)
-        .with_jitter()
-        .without_max_times()
-        .build()
+    ExponentialBuilder::default().with_min_delay(config.backoff_min).with_max_delay(config.backoff_max).with_jitter().without_max_times().build()
 }
 
 /// Publishes while leading; returns when cancelled or when the lock is lost.
@@ -239,10 +238,7 @@ async fn round<S: EventSink>(
     count_backlog: bool,
 ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
     let rows = outbox::fetch(db, config.batch_size).await?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default();
     if rows.is_empty() {
         metrics.backlog.set(0);
         metrics.lag_ms.set(0);

@@ -3,8 +3,7 @@
 #![allow(missing_docs)]
 
 /// Encoded `FileDescriptorSet` of every socialgraph proto file, for gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/socialgraph_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/socialgraph_descriptor.bin"));
 
 /// Event messages carried by Kafka records.
 pub mod events {

@@ -35,12 +35,7 @@ async fn ready(State(s): State<AdminState>) -> StatusCode {
 ///
 /// # Errors
 /// The listener failed.
-pub async fn serve_admin(
-    listener: TcpListener,
-    registry: Registry,
-    readiness: Readiness,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+pub async fn serve_admin(listener: TcpListener, registry: Registry, readiness: Readiness, shutdown: CancellationToken) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/ready", get(ready))

@@ -4,12 +4,12 @@
 //! graceful shutdown on SIGTERM.
 
 mod admin;
-pub mod cli;
 pub mod auth;
+pub mod cli;
 mod config;
 mod error;
-pub mod timeout;
 pub mod paging;
+pub mod timeout;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

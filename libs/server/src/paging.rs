@@ -20,13 +20,7 @@ pub struct PageRequest {
 ///
 /// # Errors
 /// INVALID_ARGUMENT naming every bad field; reason BAD_PAGE_TOKEN for a bad token.
-pub fn page_request(
-    key: &PageTokenKey,
-    kind: ListKind,
-    owners: &[(&str, i64)],
-    page_size: i32,
-    token: &str,
-) -> ApiResult<PageRequest> {
+pub fn page_request(key: &PageTokenKey, kind: ListKind, owners: &[(&str, i64)], page_size: i32, token: &str) -> ApiResult<PageRequest> {
     let mut bad: Vec<Violation> = owners.iter().filter_map(|(f, id)| validate_user_id(f, *id).err()).collect();
     let size = socialgraph_domain::page_size(page_size).map_err(|d| Violation::new("page_size", d));
     if let Err(v) = &size {
@@ -36,10 +30,9 @@ pub fn page_request(
         return Err(bad.into());
     }
     let (a, b) = (owners.first().map_or(0, |o| o.1), owners.get(1).map_or(0, |o| o.1));
-    let after = key.decode(token, kind, a, b).map_err(|e| ApiError::InvalidArgument {
-        reason: "BAD_PAGE_TOKEN",
-        violations: vec![Violation::new("page_token", e.to_string())],
-    })?;
+    let after = key
+        .decode(token, kind, a, b)
+        .map_err(|e| ApiError::InvalidArgument { reason: "BAD_PAGE_TOKEN", violations: vec![Violation::new("page_token", e.to_string())] })?;
     Ok(PageRequest { size: size.unwrap_or_default(), after })
 }
 

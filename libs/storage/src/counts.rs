@@ -55,8 +55,7 @@ pub async fn add<C: ConnectionTrait>(conn: &C, deltas: &[CountDelta]) -> Result<
     };
     for chunk in rows.chunks(MAX_TUPLES_PER_QUERY) {
         // Integers only, so they are written into the statement (one text for all backends).
-        let values: Vec<String> =
-            chunk.iter().map(|d| format!("({}, {}, {}, 1)", d.user_id, d.followings, d.followers)).collect();
+        let values: Vec<String> = chunk.iter().map(|d| format!("({}, {}, {}, 1)", d.user_id, d.followings, d.followers)).collect();
         let sql = format!("INSERT INTO edge_count (user_id, followings, followers, version) VALUES {}{tail}", values.join(", "));
         conn.execute_unprepared(&sql).await?;
     }

@@ -1,9 +1,7 @@
 //! The `following` table (keyed follower → followee) and its projection `follower` (keyed
 //! followee → follower): identical columns, read and written through one [`EdgeTable`].
 
-use sea_orm::sea_query::{
-    Alias, Cond, Expr, ExprTrait, JoinType, LockType, Order, Query, SelectStatement,
-};
+use sea_orm::sea_query::{Alias, Cond, Expr, ExprTrait, JoinType, LockType, Order, Query, SelectStatement};
 use sea_orm::{ConnectionTrait, DbErr, QueryResult};
 pub use socialgraph_domain::ListEntry;
 use socialgraph_domain::{Cursor, Edge, EdgeState};
@@ -25,8 +23,7 @@ pub enum Col {
     UpdatedAtMs,
 }
 
-const COLS: [Col; 6] =
-    [Col::FollowerId, Col::FolloweeId, Col::State, Col::Version, Col::FollowedAtMs, Col::UpdatedAtMs];
+const COLS: [Col; 6] = [Col::FollowerId, Col::FolloweeId, Col::State, Col::Version, Col::FollowedAtMs, Col::UpdatedAtMs];
 
 /// Which edge table a call addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,8 +79,7 @@ pub async fn get<C: ConnectionTrait>(
     for_update: bool,
 ) -> Result<Option<Edge>, DbErr> {
     let mut q = select_edges(table);
-    q.and_where(Expr::col(Col::FollowerId).eq(follower_id))
-        .and_where(Expr::col(Col::FolloweeId).eq(followee_id));
+    q.and_where(Expr::col(Col::FollowerId).eq(follower_id)).and_where(Expr::col(Col::FolloweeId).eq(followee_id));
     if for_update {
         q.lock(LockType::Update);
     }
@@ -95,20 +91,13 @@ pub async fn get<C: ConnectionTrait>(
 ///
 /// # Errors
 /// Database errors.
-pub async fn get_many<C: ConnectionTrait>(
-    conn: &C,
-    table: EdgeTable,
-    pairs: &[(i64, i64)],
-    for_update: bool,
-) -> Result<Vec<Edge>, DbErr> {
+pub async fn get_many<C: ConnectionTrait>(conn: &C, table: EdgeTable, pairs: &[(i64, i64)], for_update: bool) -> Result<Vec<Edge>, DbErr> {
     let mut out = Vec::with_capacity(pairs.len());
     // A row-value IN list is an OR chain to PostgreSQL's planner: thousands of tuples exceed
     // its stack depth, so ask in chunks.
     for chunk in pairs.chunks(MAX_TUPLES_PER_QUERY) {
         let mut q = select_edges(table);
-        q.and_where(
-            Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)]).in_tuples(chunk.iter().copied()),
-        );
+        q.and_where(Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)]).in_tuples(chunk.iter().copied()));
         if for_update {
             q.lock(LockType::Update);
         }
@@ -194,9 +183,7 @@ pub async fn count<C: ConnectionTrait>(conn: &C, table: EdgeTable, col: Col, use
 
 /// Keyset condition "strictly after `cursor`" in (followed_at_ms, peer) descending order.
 fn after_cursor(ts: Expr, peer: Expr, cursor: Cursor) -> Cond {
-    Cond::any()
-        .add(ts.clone().lt(cursor.followed_at_ms))
-        .add(Cond::all().add(ts.eq(cursor.followed_at_ms)).add(peer.lt(cursor.peer_id)))
+    Cond::any().add(ts.clone().lt(cursor.followed_at_ms)).add(Cond::all().add(ts.eq(cursor.followed_at_ms)).add(peer.lt(cursor.peer_id)))
 }
 
 /// One page of the owner's list (following list of a follower in `following`, follower list
@@ -229,11 +216,7 @@ pub async fn list<C: ConnectionTrait>(
 }
 
 async fn entries<C: ConnectionTrait>(conn: &C, q: &SelectStatement) -> Result<Vec<ListEntry>, DbErr> {
-    conn.query_all(q)
-        .await?
-        .iter()
-        .map(|r| Ok(ListEntry { user_id: r.try_get_by_index(0)?, followed_at_ms: r.try_get_by_index(1)? }))
-        .collect()
+    conn.query_all(q).await?.iter().map(|r| Ok(ListEntry { user_id: r.try_get_by_index(0)?, followed_at_ms: r.try_get_by_index(1)? })).collect()
 }
 
 /// A self-join of `following`: rows `a` of `a_owner` (walked newest first through the list
@@ -254,11 +237,7 @@ fn join_page(a_owner: i64, probe: Cond, after: Option<Cursor>, limit: usize) -> 
         .limit(limit as u64)
         .to_owned();
     if let Some(c) = after {
-        q.cond_where(after_cursor(
-            Expr::col((a.clone(), Col::FollowedAtMs)),
-            Expr::col((a, Col::FolloweeId)),
-            c,
-        ));
+        q.cond_where(after_cursor(Expr::col((a.clone(), Col::FollowedAtMs)), Expr::col((a, Col::FolloweeId)), c));
     }
     q
 }
@@ -276,9 +255,8 @@ pub async fn list_common<C: ConnectionTrait>(
     limit: usize,
 ) -> Result<Vec<ListEntry>, DbErr> {
     let (a, b) = (Alias::new("a"), Alias::new("b"));
-    let probe = Cond::all()
-        .add(Expr::col((b.clone(), Col::FollowerId)).eq(other_id))
-        .add(Expr::col((b, Col::FolloweeId)).equals((a, Col::FolloweeId)));
+    let probe =
+        Cond::all().add(Expr::col((b.clone(), Col::FollowerId)).eq(other_id)).add(Expr::col((b, Col::FolloweeId)).equals((a, Col::FolloweeId)));
     entries(conn, &join_page(user_id, probe, after, limit)).await
 }
 
@@ -295,9 +273,8 @@ pub async fn list_familiar<C: ConnectionTrait>(
     limit: usize,
 ) -> Result<Vec<ListEntry>, DbErr> {
     let (a, b) = (Alias::new("a"), Alias::new("b"));
-    let probe = Cond::all()
-        .add(Expr::col((b.clone(), Col::FollowerId)).equals((a, Col::FolloweeId)))
-        .add(Expr::col((b, Col::FolloweeId)).eq(user_id));
+    let probe =
+        Cond::all().add(Expr::col((b.clone(), Col::FollowerId)).equals((a, Col::FolloweeId))).add(Expr::col((b, Col::FolloweeId)).eq(user_id));
     entries(conn, &join_page(viewer_id, probe, after, limit)).await
 }
 

@@ -24,7 +24,8 @@ pub async fn begin_write(db: &DatabaseConnection) -> Result<DatabaseTransaction,
     use sea_orm::TransactionTrait;
     match db.get_database_backend() {
         DbBackend::Sqlite => {
-            let options = sea_orm::TransactionOptions { sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate), ..Default::default() };
+            let options =
+                sea_orm::TransactionOptions { sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate), ..Default::default() };
             db.begin_with_options(options).await
         }
         _ => db.begin().await,
@@ -49,9 +50,7 @@ pub fn is_retryable(err: &DbErr) -> bool {
         return true;
     }
     let text = err.to_string().to_ascii_lowercase();
-    ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy"]
-        .iter()
-        .any(|needle| text.contains(needle))
+    ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy"].iter().any(|needle| text.contains(needle))
 }
 
 /// True for errors of the connection rather than of the statement: the pool could not give a
@@ -91,9 +90,8 @@ mod tests {
 
     #[test]
     fn lost_connections_are_unavailable_and_statement_errors_are_not() {
-        let lost = DbErr::Exec(sea_orm::RuntimeErr::Internal(
-            "error returned from database: terminating connection due to administrator command".into(),
-        ));
+        let lost =
+            DbErr::Exec(sea_orm::RuntimeErr::Internal("error returned from database: terminating connection due to administrator command".into()));
         assert!(is_unavailable(&lost));
         assert!(is_unavailable(&DbErr::Conn(sea_orm::RuntimeErr::Internal("x".into()))));
         let syntax = DbErr::Exec(sea_orm::RuntimeErr::Internal("syntax error at or near \"SELEC\"".into()));

@@ -41,13 +41,7 @@ pub async fn list<C: ConnectionTrait>(conn: &C, consumer: &str, topic: &str) -> 
     conn.query_all(&q)
         .await?
         .iter()
-        .map(|r| {
-            Ok(StoredOffset {
-                partition: r.try_get_by_index(0)?,
-                next_offset: r.try_get_by_index(1)?,
-                last_event_ms: r.try_get_by_index(2)?,
-            })
-        })
+        .map(|r| Ok(StoredOffset { partition: r.try_get_by_index(0)?, next_offset: r.try_get_by_index(1)?, last_event_ms: r.try_get_by_index(2)? }))
         .collect()
 }
 
@@ -66,14 +60,7 @@ pub async fn store<C: ConnectionTrait>(conn: &C, consumer: &str, topic: &str, o:
             ConsumerOffset::LastEventMs,
             ConsumerOffset::UpdatedAtMs,
         ])
-        .values_panic([
-            consumer.into(),
-            topic.into(),
-            o.partition.into(),
-            o.next_offset.into(),
-            o.last_event_ms.into(),
-            now_ms.into(),
-        ])
+        .values_panic([consumer.into(), topic.into(), o.partition.into(), o.next_offset.into(), o.last_event_ms.into(), now_ms.into()])
         .on_conflict(
             OnConflict::columns([ConsumerOffset::Consumer, ConsumerOffset::Topic, ConsumerOffset::Partition])
                 .update_columns([ConsumerOffset::NextOffset, ConsumerOffset::LastEventMs, ConsumerOffset::UpdatedAtMs])

@@ -52,13 +52,7 @@ pub async fn insert<C: ConnectionTrait>(conn: &C, rows: &[NewOutboxRow]) -> Resu
         .columns([Outbox::Topic, Outbox::PartitionKey, Outbox::Payload, Outbox::Headers, Outbox::CreatedAtMs])
         .to_owned();
     for r in rows {
-        q.values_panic([
-            r.topic.clone().into(),
-            r.partition_key.into(),
-            r.payload.clone().into(),
-            r.headers.clone().into(),
-            r.created_at_ms.into(),
-        ]);
+        q.values_panic([r.topic.clone().into(), r.partition_key.into(), r.payload.clone().into(), r.headers.clone().into(), r.created_at_ms.into()]);
     }
     conn.execute(&q).await.map(|_| ())
 }
@@ -109,11 +103,7 @@ pub async fn delete<C: ConnectionTrait>(conn: &C, ids: &[i64]) -> Result<(), DbE
 /// # Errors
 /// Database errors.
 pub async fn backlog<C: ConnectionTrait>(conn: &C) -> Result<(i64, Option<i64>), DbErr> {
-    let q = Query::select()
-        .expr(Expr::col(Outbox::Id).count())
-        .expr(Expr::col(Outbox::CreatedAtMs).min())
-        .from(Outbox::Table)
-        .to_owned();
+    let q = Query::select().expr(Expr::col(Outbox::Id).count()).expr(Expr::col(Outbox::CreatedAtMs).min()).from(Outbox::Table).to_owned();
     match conn.query_one(&q).await? {
         Some(r) => Ok((r.try_get_by_index(0)?, r.try_get_by_index::<Option<i64>>(1)?)),
         None => Ok((0, None)),

@@ -55,19 +55,14 @@ pub fn init_for_tests() {
 }
 
 fn init_with(service_name: &'static str, for_tests: bool) -> anyhow::Result<Telemetry> {
-    let mut builder = SdkTracerProvider::builder().with_resource(
-        opentelemetry_sdk::Resource::builder().with_service_name(service_name).build(),
-    );
+    let mut builder = SdkTracerProvider::builder().with_resource(opentelemetry_sdk::Resource::builder().with_service_name(service_name).build());
     if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
         let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
         builder = builder.with_batch_exporter(exporter);
     }
     let provider = builder.build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let span_filter = std::env::var("SG_TRACE_FILTER")
-        .ok()
-        .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+    let span_filter = std::env::var("SG_TRACE_FILTER").ok().and_then(|f| EnvFilter::try_new(f).ok()).unwrap_or_else(|| EnvFilter::new("info"));
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)).with_filter(span_filter);
     let default_level = if for_tests { "warn" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -109,10 +104,7 @@ pub fn set_parent_from_metadata(span: &tracing::Span, metadata: &tonic::metadata
 
 /// Makes `span` a child of the trace context in Kafka record headers, if any.
 pub fn set_parent_from_headers(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
-    let map: HashMap<String, String> = headers
-        .iter()
-        .filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned())))
-        .collect();
+    let map: HashMap<String, String> = headers.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
     let cx = TraceContextPropagator::new().extract(&map);
     let _ = span.set_parent(cx);
 }

@@ -67,9 +67,9 @@ impl TestDb {
                     Backend::Postgres => format!("{server}/postgres"),
                     _ => format!("{server}/mysql"),
                 };
-                let admin = sea_orm::Database::connect(&admin_url).await.with_context(|| {
-                    format!("{backend:?} is not reachable at {server}: run `make deps` to install and start it")
-                })?;
+                let admin = sea_orm::Database::connect(&admin_url)
+                    .await
+                    .with_context(|| format!("{backend:?} is not reachable at {server}: run `make deps` to install and start it"))?;
                 admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
                 if backend == Backend::Postgres {
                     // Test databases need no durability across a crash of the server; commits
@@ -101,8 +101,7 @@ impl TestDb {
             }
             b => {
                 let server = server_url(b);
-                let admin_url =
-                    if b == Backend::Postgres { format!("{server}/postgres") } else { format!("{server}/mysql") };
+                let admin_url = if b == Backend::Postgres { format!("{server}/postgres") } else { format!("{server}/mysql") };
                 let admin = sea_orm::Database::connect(&admin_url).await?;
                 let sql = if b == Backend::Postgres {
                     format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)

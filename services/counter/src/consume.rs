@@ -49,9 +49,10 @@ impl RelationCounter {
         let mut users = BTreeSet::new();
         for r in records {
             match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e) if e.follower_id > 0
-                    && e.followee_id > 0
-                    && matches!(RelationEventKind::try_from(e.kind), Ok(RelationEventKind::Followed | RelationEventKind::Unfollowed)) =>
+                Ok(e)
+                    if e.follower_id > 0
+                        && e.followee_id > 0
+                        && matches!(RelationEventKind::try_from(e.kind), Ok(RelationEventKind::Followed | RelationEventKind::Unfollowed)) =>
                 {
                     users.insert(e.follower_id);
                     users.insert(e.followee_id);
@@ -181,10 +182,11 @@ impl ActionCounter {
         let mut out = Vec::with_capacity(records.len());
         for r in records {
             match ActionEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e) if e.entity_id > 0
-                    && e.actor_id > 0
-                    && matches!(Metric::try_from(e.metric), Ok(Metric::Like | Metric::Fav))
-                    && socialgraph_domain::valid_entity_type(&e.entity_type) =>
+                Ok(e)
+                    if e.entity_id > 0
+                        && e.actor_id > 0
+                        && matches!(Metric::try_from(e.metric), Ok(Metric::Like | Metric::Fav))
+                        && socialgraph_domain::valid_entity_type(&e.entity_type) =>
                 {
                     out.push(e)
                 }

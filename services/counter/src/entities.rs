@@ -118,7 +118,8 @@ pub fn validate_counts(entities: &[pb::EntityRef], metrics: &[i32], field: &str)
         let path = if field == "entities" { format!("entities[{i}]") } else { field.to_owned() };
         bad.extend(validate_entity(&path, Some(e)));
     }
-    let wanted: Vec<Metric> = if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
+    let wanted: Vec<Metric> =
+        if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
     for (i, m) in wanted.iter().enumerate() {
         if *m == Metric::Unspecified {
             bad.push(Violation::new(format!("metrics[{i}]"), "unknown metric: use METRIC_LIKE or METRIC_FAV"));

@@ -31,7 +31,14 @@ impl<B: CounterBackend> CounterGrpc<B> {
         Ok(socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())?)
     }
 
-    async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> Result<(bool, bool), Status> {
+    async fn toggle(
+        &self,
+        actor_id: i64,
+        entity: Option<&pb::EntityRef>,
+        owner_id: i64,
+        metric: Metric,
+        wanted: bool,
+    ) -> Result<(bool, bool), Status> {
         let entity = validate_toggle(actor_id, entity, owner_id)?;
         Ok(self.backend.toggle(actor_id, entity, owner_id, metric, wanted).await?)
     }
@@ -119,10 +126,7 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
         Ok(Response::new(pb::GetActionStatesResponse { states }))
     }
 
-    async fn rebuild_user_counters(
-        &self,
-        req: Request<pb::RebuildUserCountersRequest>,
-    ) -> Result<Response<pb::RebuildUserCountersResponse>, Status> {
+    async fn rebuild_user_counters(&self, req: Request<pb::RebuildUserCountersRequest>) -> Result<Response<pb::RebuildUserCountersResponse>, Status> {
         self.admin(&req)?;
         let id = req.into_inner().user_id;
         validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
@@ -130,10 +134,7 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
         Ok(Response::new(pb::RebuildUserCountersResponse { counters: Some(user_counters(id, s)) }))
     }
 
-    async fn rebuild_entity_counts(
-        &self,
-        req: Request<pb::RebuildEntityCountsRequest>,
-    ) -> Result<Response<pb::RebuildEntityCountsResponse>, Status> {
+    async fn rebuild_entity_counts(&self, req: Request<pb::RebuildEntityCountsRequest>) -> Result<Response<pb::RebuildEntityCountsResponse>, Status> {
         self.admin(&req)?;
         let entity = req.into_inner().entity.unwrap_or_default();
         validate_entity_ref("entity", &entity)?;

@@ -66,15 +66,7 @@ pub fn parse_entry(text: &str) -> Option<Entry> {
     let mut num = || it.next()?.parse::<i64>().ok();
     let (seq, actor_id, owner_id, metric, delta, at_ms) = (num()?, num()?, num()?, num()?, num()?, num()?);
     let traceparent = it.next().unwrap_or_default().to_owned();
-    Some(Entry {
-        seq,
-        actor_id,
-        owner_id,
-        metric: Metric::try_from(metric as i32).ok()?,
-        delta: delta as i32,
-        at_ms,
-        traceparent,
-    })
+    Some(Entry { seq, actor_id, owner_id, metric: Metric::try_from(metric as i32).ok()?, delta: delta as i32, at_ms, traceparent })
 }
 
 /// The relay of the like/fav outboxes.
@@ -133,8 +125,7 @@ impl Relay {
         for (_, _, (t, id)) in &entities {
             pipe.lrange(self.store.keys.entity(t, *id).outbox(), 0, EVENTS_PER_ENTITY - 1);
         }
-        let outboxes: Vec<Vec<String>> =
-            self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or_default()).collect();
+        let outboxes: Vec<Vec<String>> = self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or_default()).collect();
         let mut records = Vec::new();
         for ((_, _, (t, id)), entries) in entities.iter().zip(&outboxes) {
             let entity = pb::EntityRef { entity_type: t.clone(), entity_id: *id };
@@ -162,8 +153,7 @@ impl Relay {
             pipe.ltrim(&key, entries.len() as isize, -1).ignore();
             pipe.llen(&key);
         }
-        let lengths: Vec<i64> =
-            self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or(1)).collect();
+        let lengths: Vec<i64> = self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or(1)).collect();
         let quiet_before = now_ms() - self.quiet_ms;
         let mut pipe = redis::pipe();
         for ((member, score, _), len) in entities.iter().zip(lengths) {

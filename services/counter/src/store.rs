@@ -242,12 +242,7 @@ impl Store {
             pipe.cmd("SET").arg(self.keys.user_check(*u)).arg(1).arg("NX").arg("EX").arg(*rest_secs);
         }
         let replies = self.query(&pipe).await?;
-        Ok(users
-            .iter()
-            .zip(replies)
-            .filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_)))
-            .map(|((u, _), _)| *u)
-            .collect())
+        Ok(users.iter().zip(replies).filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_))).map(|((u, _), _)| *u).collect())
     }
 }
 

@@ -204,7 +204,10 @@ impl CounterBackend for SqlCounters {
                 let mut fact_key = key();
                 fact_key.extend([Value::from(metric as i32), Value::from(actor_id)]);
                 let stored_owner = txn
-                    .query_one_raw(stmt("SELECT owner_id FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?", fact_key.clone()))
+                    .query_one_raw(stmt(
+                        "SELECT owner_id FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?",
+                        fact_key.clone(),
+                    ))
                     .await?
                     .map(|r| r.try_get_by_index::<i64>(0))
                     .transpose()?;
@@ -215,15 +218,24 @@ impl CounterBackend for SqlCounters {
                 if wanted {
                     let mut v = fact_key.clone();
                     v.push(owner.into());
-                    txn.execute_raw(stmt("INSERT INTO action_fact (entity_type, entity_id, metric, actor_id, owner_id) VALUES (?, ?, ?, ?, ?)", v)).await?;
+                    txn.execute_raw(stmt("INSERT INTO action_fact (entity_type, entity_id, metric, actor_id, owner_id) VALUES (?, ?, ?, ?, ?)", v))
+                        .await?;
                 } else {
-                    txn.execute_raw(stmt("DELETE FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?", fact_key)).await?;
+                    txn.execute_raw(stmt(
+                        "DELETE FROM action_fact WHERE entity_type = ? AND entity_id = ? AND metric = ? AND actor_id = ?",
+                        fact_key,
+                    ))
+                    .await?;
                 }
                 let delta: i64 = if wanted { 1 } else { -1 };
                 let column = if metric == FAV { "favs" } else { "likes" };
                 let mut v = vec![Value::from(delta)];
                 v.extend(key());
-                txn.execute_raw(stmt(&format!("UPDATE entity_counter SET {column} = MAX(0, {column} + ?), seq = seq + 1 WHERE entity_type = ? AND entity_id = ?"), v)).await?;
+                txn.execute_raw(stmt(
+                    &format!("UPDATE entity_counter SET {column} = MAX(0, {column} + ?), seq = seq + 1 WHERE entity_type = ? AND entity_id = ?"),
+                    v,
+                ))
+                .await?;
                 let seq = count(txn, "SELECT seq FROM entity_counter WHERE entity_type = ? AND entity_id = ?", key()).await?;
                 let now = crate::now_ms();
                 let (event, headers) = action_event(&entity, actor_id, owner, metric, delta as i32, seq, now);

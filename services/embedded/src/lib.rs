@@ -176,7 +176,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         relation_topic: relation_topic.clone(),
         counter_topic: counter_topic.clone(),
     });
-    let counter_loop = tokio::spawn(log::consume(db.clone(), WHOLE_LOG.into(), Vec::new(), counter_log, Progress::default(), Arc::clone(&log_wake), loops.clone()));
+    let counter_loop =
+        tokio::spawn(log::consume(db.clone(), WHOLE_LOG.into(), Vec::new(), counter_log, Progress::default(), Arc::clone(&log_wake), loops.clone()));
     let backend = Arc::new(counters::SqlCounters { db: db.clone(), counter_topic, wake: Arc::clone(&log_wake) });
 
     let readiness = Readiness::default();
@@ -214,7 +215,15 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
             readiness.clone(),
             shutdown.clone(),
         ),
-        socialgraph_server::serve_grpc(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter, &settings, readiness.clone(), shutdown.clone()),
+        socialgraph_server::serve_grpc(
+            counter_routes,
+            &[socialgraph_counter::SERVICE_NAME],
+            &[],
+            listeners.counter,
+            &settings,
+            readiness.clone(),
+            shutdown.clone()
+        ),
     );
     loops.cancel();
     let _ = tokio::join!(projection_loop, counter_loop, admin, forward);

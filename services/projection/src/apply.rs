@@ -70,19 +70,11 @@ impl Projector {
         newest
     }
 
-    async fn apply_once(
-        &self,
-        topic: &str,
-        newest: &HashMap<(i64, i64), Edge>,
-        position: StoredOffset,
-    ) -> Result<u64, sea_orm::DbErr> {
+    async fn apply_once(&self, topic: &str, newest: &HashMap<(i64, i64), Edge>, position: StoredOffset) -> Result<u64, sea_orm::DbErr> {
         let txn = socialgraph_storage::begin_write(&self.db).await?;
         let pairs: Vec<(i64, i64)> = newest.keys().copied().collect();
-        let stored: HashMap<(i64, i64), Edge> = edges::get_many(&txn, EdgeTable::Follower, &pairs, true)
-            .await?
-            .into_iter()
-            .map(|e| ((e.follower_id, e.followee_id), e))
-            .collect();
+        let stored: HashMap<(i64, i64), Edge> =
+            edges::get_many(&txn, EdgeTable::Follower, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let (mut inserts, mut changed) = (Vec::new(), 0u64);
         let mut deltas: HashMap<i64, CountDelta> = HashMap::new();
         for (key, edge) in newest {

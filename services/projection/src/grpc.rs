@@ -33,28 +33,19 @@ impl ProjectionService for ProjectionGrpc {
     async fn list_followers(&self, req: Request<pb::ListFollowersRequest>) -> Result<Response<pb::ListFollowersResponse>, Status> {
         let r = req.into_inner();
         let (entries, next_page_token) = self.projection.list_followers(r.user_id, r.page_size, &r.page_token).await?;
-        let followers = entries
-            .into_iter()
-            .map(|e| pb::FollowerEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) })
-            .collect();
+        let followers =
+            entries.into_iter().map(|e| pb::FollowerEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect();
         Ok(Response::new(pb::ListFollowersResponse { followers, next_page_token }))
     }
 
-    async fn batch_check_followers(
-        &self,
-        req: Request<pb::BatchCheckFollowersRequest>,
-    ) -> Result<Response<pb::BatchCheckFollowersResponse>, Status> {
+    async fn batch_check_followers(&self, req: Request<pb::BatchCheckFollowersRequest>) -> Result<Response<pb::BatchCheckFollowersResponse>, Status> {
         let r = req.into_inner();
         let found = self.projection.check_followers(r.user_id, &r.candidate_ids).await?;
         let results = r
             .candidate_ids
             .iter()
             .zip(found)
-            .map(|(&c, e)| pb::FollowerCheck {
-                candidate_id: c,
-                follows: e.is_some(),
-                followed_at: e.map(|e| timestamp_from_ms(e.followed_at_ms)),
-            })
+            .map(|(&c, e)| pb::FollowerCheck { candidate_id: c, follows: e.is_some(), followed_at: e.map(|e| timestamp_from_ms(e.followed_at_ms)) })
             .collect();
         Ok(Response::new(pb::BatchCheckFollowersResponse { results }))
     }
@@ -74,10 +65,7 @@ impl ProjectionService for ProjectionGrpc {
         Ok(Response::new(pb::GetEdgeCountsResponse { followings: c.followings, followers: c.followers, offsets, version: c.version }))
     }
 
-    async fn batch_get_edge_counts(
-        &self,
-        req: Request<pb::BatchGetEdgeCountsRequest>,
-    ) -> Result<Response<pb::BatchGetEdgeCountsResponse>, Status> {
+    async fn batch_get_edge_counts(&self, req: Request<pb::BatchGetEdgeCountsRequest>) -> Result<Response<pb::BatchGetEdgeCountsResponse>, Status> {
         let ids = req.into_inner().user_ids;
         socialgraph_domain::validate_batch("user_ids", &ids).map_err(ApiError::from)?;
         let (counts, offsets) = self.projection.batch_edge_counts(&ids).await?;

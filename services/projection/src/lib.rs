@@ -39,9 +39,7 @@ pub(crate) fn now_ms() -> i64 {
 /// Start-up failures (database unreachable, migrations, bad relation URL) and transport
 /// failures.
 pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections)
-        .await
-        .context("connecting to the database")?;
+    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections).await.context("connecting to the database")?;
     if config.database.migrate_on_start {
         socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     }
@@ -54,9 +52,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     registry.register(Box::new(lag.clone()))?;
 
     let progress: Progress = Progress::default();
-    let channel = tonic::transport::Channel::from_shared(config.relation.url.clone())
-        .context("relation.url")?
-        .connect_lazy();
+    let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
     let projection = Arc::new(service::Projection {
         db: db.clone(),
         token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
@@ -72,10 +68,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let loops = CancellationToken::new();
     let consumers = tokio::spawn(consume(config.clone(), projector, progress.clone(), lag, readiness.clone(), loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(
-        projection,
-        config.auth.admin_token.clone(),
-    )));
+    let routes = tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(projection, config.auth.admin_token.clone())));
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;

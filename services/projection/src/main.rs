@@ -2,10 +2,8 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    socialgraph_server::cli::service_main(
-        "projection-svc",
-        socialgraph_projection::run,
-        |config: socialgraph_projection::Config| async move { socialgraph_projection::migrate(&config).await },
-    )
+    socialgraph_server::cli::service_main("projection-svc", socialgraph_projection::run, |config: socialgraph_projection::Config| async move {
+        socialgraph_projection::migrate(&config).await
+    })
     .await
 }

@@ -217,10 +217,7 @@ impl Projection {
         // The user counts move with the repaired row, in the same transaction.
         if let Some(new_state) = new_state {
             let d = socialgraph_storage::counts::transition(stored.map(|t| t.state), new_state);
-            let deltas = [
-                CountDelta { user_id: key.0, followings: d, followers: 0 },
-                CountDelta { user_id: key.1, followings: 0, followers: d },
-            ];
+            let deltas = [CountDelta { user_id: key.0, followings: d, followers: 0 }, CountDelta { user_id: key.1, followings: 0, followers: d }];
             socialgraph_storage::counts::add(&txn, &deltas).await.map_err(db_error)?;
         }
         txn.commit().await.map_err(db_error)
@@ -249,7 +246,9 @@ impl Projection {
             }
         }
         let mut stored = Vec::new();
-        for filter in [ScanFilter { follower_id: Some(user_id), ..Default::default() }, ScanFilter { followee_id: Some(user_id), ..Default::default() }] {
+        for filter in
+            [ScanFilter { follower_id: Some(user_id), ..Default::default() }, ScanFilter { followee_id: Some(user_id), ..Default::default() }]
+        {
             stored.extend(edges::scan(&self.db, EdgeTable::Follower, filter, usize::MAX >> 1).await.map_err(db_error)?);
         }
         let mut keys: Vec<(i64, i64)> = source.keys().copied().chain(stored.iter().map(|e| (e.follower_id, e.followee_id))).collect();

@@ -50,11 +50,7 @@ pub struct DatabaseSettings {
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
-        Self {
-            url: "postgres://postgres@127.0.0.1:5432/socialgraph".into(),
-            max_connections: 32,
-            migrate_on_start: false,
-        }
+        Self { url: "postgres://postgres@127.0.0.1:5432/socialgraph".into(), max_connections: 32, migrate_on_start: false }
     }
 }
 
@@ -141,13 +137,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            following_cap: 5000,
-            follow_burst: 100,
-            follow_refill_per_day: 400,
-            on_redis_error: OnRedisError::Open,
-            import_batch_size: 1000,
-        }
+        Self { following_cap: 5000, follow_burst: 100, follow_refill_per_day: 400, on_redis_error: OnRedisError::Open, import_batch_size: 1000 }
     }
 }
 

@@ -44,9 +44,7 @@ fn span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
 }
 
 fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
-    list.into_iter()
-        .map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) })
-        .collect()
+    list.into_iter().map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
 }
 
 fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>)) -> pb::Relationship {
@@ -147,13 +145,9 @@ impl RelationService for RelationGrpc {
         Ok(Response::new(pb::BatchGetRelationshipsResponse { relationships }))
     }
 
-    async fn list_common_following(
-        &self,
-        req: Request<pb::ListCommonFollowingRequest>,
-    ) -> Result<Response<pb::ListCommonFollowingResponse>, Status> {
+    async fn list_common_following(&self, req: Request<pb::ListCommonFollowingRequest>) -> Result<Response<pb::ListCommonFollowingResponse>, Status> {
         let r = req.into_inner();
-        let page =
-            self.relations.list(ListKind::CommonFollowing, r.user_id, r.other_user_id, r.page_size, &r.page_token).await?;
+        let page = self.relations.list(ListKind::CommonFollowing, r.user_id, r.other_user_id, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListCommonFollowingResponse { accounts: entries(page.entries), next_page_token: page.next_page_token }))
     }
 
@@ -162,15 +156,11 @@ impl RelationService for RelationGrpc {
         req: Request<pb::ListFamiliarFollowersRequest>,
     ) -> Result<Response<pb::ListFamiliarFollowersResponse>, Status> {
         let r = req.into_inner();
-        let page =
-            self.relations.list(ListKind::FamiliarFollowers, r.viewer_id, r.user_id, r.page_size, &r.page_token).await?;
+        let page = self.relations.list(ListKind::FamiliarFollowers, r.viewer_id, r.user_id, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListFamiliarFollowersResponse { accounts: entries(page.entries), next_page_token: page.next_page_token }))
     }
 
-    async fn import_follows(
-        &self,
-        req: Request<Streaming<pb::ImportFollowsRequest>>,
-    ) -> Result<Response<pb::ImportFollowsResponse>, Status> {
+    async fn import_follows(&self, req: Request<Streaming<pb::ImportFollowsRequest>>) -> Result<Response<pb::ImportFollowsResponse>, Status> {
         self.require_admin(&req)?;
         let mut stream = req.into_inner();
         let batch = self.relations.import_batch_size();

@@ -25,8 +25,7 @@ pub use config::Config;
 pub const SERVICE_NAME: &str = "socialgraph.relation.v1.RelationService";
 
 /// Admin methods whose duration grows with the data: exempt from the request timeout.
-pub const LONG_RUNNING: &[&str] =
-    &["/socialgraph.relation.v1.RelationService/ImportFollows", "/socialgraph.relation.v1.RelationService/ScanEdges"];
+pub const LONG_RUNNING: &[&str] = &["/socialgraph.relation.v1.RelationService/ImportFollows", "/socialgraph.relation.v1.RelationService/ScanEdges"];
 
 /// Connects to the configured database and runs pending migrations.
 ///
@@ -45,40 +44,28 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 /// Start-up failures (database unreachable, migrations failed, bad Redis URL) and transport
 /// failures.
 pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections)
-        .await
-        .context("connecting to the database")?;
+    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections).await.context("connecting to the database")?;
     if config.database.migrate_on_start {
         socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     }
-    let redis = socialgraph_cache::pool(
-        &config.redis.url,
-        config.redis.pool_size,
-        Duration::from_millis(config.redis.timeout_ms),
-    )
-    .context("redis url")?;
+    let redis =
+        socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, Duration::from_millis(config.redis.timeout_ms)).context("redis url")?;
     let registry = prometheus::Registry::new();
     let relay_metrics = RelayMetrics::register(&registry)?;
-    let bypassed = prometheus::IntCounter::new(
-        "sg_rate_limit_bypassed_total",
-        "Follows allowed without a rate-limit check because Redis was unreachable",
-    )?;
+    let bypassed =
+        prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
     registry.register(Box::new(bypassed.clone()))?;
 
     let wake = Arc::new(Notify::new());
     let relations = Arc::new(service::Relations::new(db.clone(), Some(redis), config.clone(), Arc::clone(&wake), bypassed));
     let loops = CancellationToken::new();
-    let relay = config.kafka.relay_enabled.then(|| {
-        tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone()))
-    });
+    let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
 
     let readiness = Readiness::default();
     readiness.set(true);
-    let admin_task =
-        tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = tonic::service::Routes::new(
-        RelationServiceServer::new(grpc::RelationGrpc::new(relations, config.auth.admin_token.clone()))
-            .max_decoding_message_size(16 * 1024 * 1024),
+        RelationServiceServer::new(grpc::RelationGrpc::new(relations, config.auth.admin_token.clone())).max_decoding_message_size(16 * 1024 * 1024),
     );
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
@@ -100,8 +87,7 @@ async fn relay_task(
 ) {
     let deadline = Duration::from_millis(kafka.request_deadline_ms);
     let topics = [kafka.relation_topic.as_str()];
-    let Some((client, _)) = socialgraph_events::kafka::connect_until_ready(&kafka.brokers, deadline, &topics, kafka.partitions, &cancel).await
-    else {
+    let Some((client, _)) = socialgraph_events::kafka::connect_until_ready(&kafka.brokers, deadline, &topics, kafka.partitions, &cancel).await else {
         return;
     };
     let sink = Arc::new(KafkaSink::new(client, kafka.partitions));

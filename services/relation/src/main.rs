@@ -2,10 +2,8 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    socialgraph_server::cli::service_main(
-        "relation-svc",
-        socialgraph_relation::run,
-        |config: socialgraph_relation::Config| async move { socialgraph_relation::migrate(&config).await },
-    )
+    socialgraph_server::cli::service_main("relation-svc", socialgraph_relation::run, |config: socialgraph_relation::Config| async move {
+        socialgraph_relation::migrate(&config).await
+    })
     .await
 }

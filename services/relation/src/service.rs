@@ -7,7 +7,10 @@ use std::sync::Arc;
 use prometheus::IntCounter;
 use prost::Message;
 use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
-use socialgraph_cache::{keys::Keys, rate_limit::{TokenBucket, Verdict}};
+use socialgraph_cache::{
+    keys::Keys,
+    rate_limit::{TokenBucket, Verdict},
+};
 use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, Violation, validate_user_id};
 use socialgraph_events::headers;
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
@@ -131,10 +134,7 @@ pub struct ImportCounts {
 pub type ImportEdge = (i64, i64, i64);
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
 }
 
 pub(crate) fn db_error(e: DbErr) -> ApiError {
@@ -356,10 +356,8 @@ impl Relations {
         let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;
         let incoming = edges::get_many(&self.db, EdgeTable::Following, &in_pairs, false).await.map_err(db_error)?;
         let following = |e: &Edge| e.state == EdgeState::Following;
-        let out: std::collections::HashMap<i64, Edge> =
-            outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect();
-        let inc: std::collections::HashMap<i64, Edge> =
-            incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
+        let out: std::collections::HashMap<i64, Edge> = outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect();
+        let inc: std::collections::HashMap<i64, Edge> = incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
         Ok(others.iter().map(|o| (out.get(o).copied(), inc.get(o).copied())).collect())
     }
 
@@ -399,17 +397,9 @@ impl Relations {
         Ok(counts)
     }
 
-    async fn import_tx(
-        &self,
-        txn: &DatabaseTransaction,
-        wanted: &BTreeMap<(i64, i64), i64>,
-        pairs: &[(i64, i64)],
-    ) -> Result<(i64, i64), DbErr> {
-        let existing: std::collections::HashMap<(i64, i64), Edge> = edges::get_many(txn, EdgeTable::Following, pairs, true)
-            .await?
-            .into_iter()
-            .map(|e| ((e.follower_id, e.followee_id), e))
-            .collect();
+    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>, pairs: &[(i64, i64)]) -> Result<(i64, i64), DbErr> {
+        let existing: std::collections::HashMap<(i64, i64), Edge> =
+            edges::get_many(txn, EdgeTable::Following, pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let now = now_ms();
         let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
         for (&(follower_id, followee_id), &at) in wanted {
@@ -464,9 +454,7 @@ impl From<DbErr> for TxError {
 }
 
 fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
-    let bad: Vec<Violation> = [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)]
-        .into_iter()
-        .filter_map(Result::err)
-        .collect();
+    let bad: Vec<Violation> =
+        [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)].into_iter().filter_map(Result::err).collect();
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
 }
