@@ -78,10 +78,10 @@ impl Model {
     /// Records a content event: it decides the entity's state only when newer than the last
     /// one that did (at equal times a deletion wins), whatever order the events arrive in.
     pub fn content(&mut self, published: bool, author: i64, entity: i64, at_ms: i64) {
-        if let Some((t, deleted)) = self.post_times.get(&entity) {
-            if at_ms < *t || (at_ms == *t && (*deleted || published)) {
-                return;
-            }
+        if let Some((t, deleted)) = self.post_times.get(&entity)
+            && (at_ms < *t || (at_ms == *t && (*deleted || published)))
+        {
+            return;
         }
         self.post_times.insert(entity, (at_ms, !published));
         let posts = self.posts.entry(author).or_default();

@@ -167,7 +167,7 @@ async fn rebuild_of_one_user_and_of_all_restores_a_damaged_follower_table_exactl
     ];
     let mut pc = projection.projection().await?;
     for sql in damage {
-        db.conn.execute_unprepared(&format!("{sql}")).await?;
+        db.conn.execute_unprepared(sql).await?;
     }
     let sql_user = format!("DELETE FROM follower WHERE follower_id = {user} OR followee_id = {user}");
     db.conn.execute_unprepared(&sql_user).await?;

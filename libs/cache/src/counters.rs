@@ -11,6 +11,7 @@
 //!   owned entity's counts with the entity's toggle sequence ([`OWNER_SYNC`]).
 //! - Posts follow the posts set; each entity keeps the time of its last content event
 //!   ([`APPLY_CONTENT`]).
+//!
 //! A duplicate at a new offset, a replayed range or a late copy therefore changes nothing.
 
 use redis::Script;

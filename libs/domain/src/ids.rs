@@ -80,6 +80,14 @@ pub struct Edge {
     pub updated_at_ms: i64,
 }
 
+/// Longest entity type, in bytes.
+pub const MAX_ENTITY_TYPE_LEN: usize = 64;
+
+/// True when `t` is a valid entity type: 1..=64 bytes of `[a-z0-9_]`.
+pub fn valid_entity_type(t: &str) -> bool {
+    !t.is_empty() && t.len() <= MAX_ENTITY_TYPE_LEN && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,12 +101,4 @@ mod tests {
         assert!(validate_batch("ids", &vec![1; 1001]).is_err());
         assert!(validate_batch("ids", &vec![1; 1000]).is_ok());
     }
-}
-
-/// Longest entity type, in bytes.
-pub const MAX_ENTITY_TYPE_LEN: usize = 64;
-
-/// True when `t` is a valid entity type: 1..=64 bytes of `[a-z0-9_]`.
-pub fn valid_entity_type(t: &str) -> bool {
-    !t.is_empty() && t.len() <= MAX_ENTITY_TYPE_LEN && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }

@@ -20,8 +20,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Which partitions of a topic this replica consumes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Default)]
 pub enum Assignment {
     /// Every partition.
+    #[default]
     All,
     /// These partitions.
     List(Vec<i32>),
@@ -33,12 +35,6 @@ pub enum Assignment {
         /// Number of replicas.
         count: u32,
     },
-}
-
-impl Default for Assignment {
-    fn default() -> Self {
-        Self::All
-    }
 }
 
 impl Assignment {

@@ -7,6 +7,7 @@
 //!   their toggle sequence; older sequences are ignored.
 //! - `sg.content.v1`: each entity's publish/delete applies only when newer than the last one
 //!   applied to it (event time).
+//!
 //! Offsets only say how far a consumer got; they are stored after the batch's writes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +22,7 @@ use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, Metric, RelationEvent, RelationEventKind};
 
 use crate::service::Counters;
-use crate::store::{EntityState, Store};
+use crate::store::{AuthorContent, EntityState, Store};
 
 /// Metrics shared by the consumers.
 #[derive(Clone)]
@@ -157,7 +158,7 @@ impl BatchHandler for ContentCounter {
             ops.entry(e.author_id).or_default().push((is_published, format!("{}:{}", e.entity_type, e.entity_id), at_ms));
         }
         self.store.query(&owners).await?;
-        let ops: Vec<(i64, Vec<(bool, String, i64)>)> = ops.into_iter().collect();
+        let ops: Vec<AuthorContent> = ops.into_iter().collect();
         self.store.apply_content(&ops).await?;
         // Likes made before the entity's owner was known reach the owner now.
         self.metrics.applied.inc_by(sync_owners(&self.store, &published).await?);

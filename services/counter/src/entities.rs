@@ -173,7 +173,7 @@ pub fn script_keys(k: &EntityKeys) -> [String; 9] {
 }
 
 fn pair(v: Value) -> ApiResult<(u64, u64)> {
-    redis::from_redis_value::<(u64, u64)>(v).map_err(|e| ApiError::internal(e))
+    redis::from_redis_value::<(u64, u64)>(v).map_err(ApiError::internal)
 }
 
 impl Entities {

@@ -205,7 +205,7 @@ impl Store {
 
     /// Applies each author's content events (`(published, member, time_ms)` in log order),
     /// one script per author in one round trip.
-    pub async fn apply_content(&self, authors: &[(i64, Vec<(bool, String, i64)>)]) -> Result<(), CacheError> {
+    pub async fn apply_content(&self, authors: &[AuthorContent]) -> Result<(), CacheError> {
         let mut pipe = redis::pipe();
         for (author, ops) in authors {
             let mut inv = self.scripts.apply_content.prepare_invoke();
@@ -245,6 +245,10 @@ impl Store {
         Ok(users.iter().zip(replies).filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_))).map(|((u, _), _)| *u).collect())
     }
 }
+
+/// One author's content events of a batch: (author, [(published, `etype:eid`, time ms)]), in
+/// log order.
+pub type AuthorContent = (i64, Vec<(bool, String, i64)>);
 
 /// `etype:eid` → (etype, eid).
 pub fn parse_member(m: &str) -> Option<(String, i64)> {

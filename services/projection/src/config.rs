@@ -128,6 +128,7 @@ mod tests {
     use socialgraph_events::consumer::Assignment;
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail closures return its (large) error
     fn environment_sets_nested_keys_and_the_partition_assignment() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("SG_CONSUMER__PARTITIONS__REPLICA__ORDINAL", "2");

@@ -160,10 +160,10 @@ impl Projection {
 
     fn admin<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
-        if let Some(t) = &self.relation_token {
-            if let Ok(v) = format!("Bearer {}", t.expose_secret()).parse() {
-                req.metadata_mut().insert("authorization", v);
-            }
+        if let Some(t) = &self.relation_token
+            && let Ok(v) = format!("Bearer {}", t.expose_secret()).parse()
+        {
+            req.metadata_mut().insert("authorization", v);
         }
         req
     }

@@ -246,10 +246,10 @@ impl Relations {
             });
         }
         // A repeat costs no token and takes no lock.
-        if let Some(e) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)? {
-            if e.state == EdgeState::Following {
-                return Ok(FollowOutcome { changed: false, edge: e });
-            }
+        if let Some(e) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?
+            && e.state == EdgeState::Following
+        {
+            return Ok(FollowOutcome { changed: false, edge: e });
         }
         self.check_rate_limit(follower_id).await?;
         let outcome = in_tx!(self, txn => self.follow_tx(&txn, follower_id, followee_id).await);
@@ -380,11 +380,11 @@ impl Relations {
         for &(fr, fe, at) in chunk {
             if fr == fe {
                 counts.skipped_self_loops += 1;
-            } else if wanted.contains_key(&(fr, fe)) {
+            } else if let std::collections::btree_map::Entry::Vacant(e) = wanted.entry((fr, fe)) {
+                e.insert(at);
+            } else {
                 // The first occurrence wins, as it does across chunks (later ones find the row).
                 counts.skipped_duplicates += 1;
-            } else {
-                wanted.insert((fr, fe), at);
             }
         }
         let pairs: Vec<(i64, i64)> = wanted.keys().copied().collect();
