@@ -59,3 +59,120 @@ impl Default for ServerSettings {
         Self::with_ports(50051, 9101)
     }
 }
+
+/// `[database]`: the SQL database of relation-svc or projection-svc. One section for both;
+/// each service's defaults come from [`DatabaseSettings::with_pool`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// `postgres://…`, `mysql://…` or `sqlite://file?mode=rwc`.
+    pub url: String,
+    /// Pool size.
+    pub max_connections: u32,
+    /// Run pending migrations at start.
+    pub migrate_on_start: bool,
+    /// Name under which a consuming service stores its offsets in `consumer_offset`
+    /// (projection-svc; relation-svc consumes nothing and ignores it).
+    pub consumer_name: String,
+}
+
+impl DatabaseSettings {
+    /// The local development database with a pool of `max_connections`.
+    pub fn with_pool(max_connections: u32) -> Self {
+        Self {
+            url: "postgres://postgres@127.0.0.1:5432/socialgraph".into(),
+            max_connections,
+            migrate_on_start: false,
+            consumer_name: "projection".into(),
+        }
+    }
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self::with_pool(16)
+    }
+}
+
+/// `[redis]`: relation-svc's (rate limits) or counter-svc's (counters and facts). Defaults
+/// per service from [`RedisSettings::with_pool`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSettings {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Prefix of every key (empty in production).
+    pub key_prefix: String,
+    /// Pool size.
+    pub pool_size: u32,
+    /// Longest wait for a connection, a command or a script.
+    pub timeout_ms: u64,
+}
+
+impl RedisSettings {
+    /// The local Redis with `pool_size` connections and a `timeout_ms` per round trip.
+    pub fn with_pool(pool_size: u32, timeout_ms: u64) -> Self {
+        Self { url: "redis://127.0.0.1:6379".into(), key_prefix: String::new(), pool_size, timeout_ms }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self::with_pool(16, 250)
+    }
+}
+
+/// `[kafka]`: brokers, the mesh's topic names, topic creation and the request deadline, for
+/// every service; the `relay_*` keys are relation-svc's outbox relay.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSettings {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// Topic of relation events (`sg.relation.v1`).
+    pub relation_topic: String,
+    /// Topic of content events (`sg.content.v1`; counter-svc).
+    pub content_topic: String,
+    /// Topic of like/fav events (`sg.counter.v1`; counter-svc produces and consumes it).
+    pub counter_topic: String,
+    /// Partitions of topics a service creates when they do not exist yet.
+    pub partitions: i32,
+    /// How long one Kafka request is retried before the caller backs off.
+    pub request_deadline_ms: u64,
+    /// Outbox rows per relay round (relation-svc).
+    pub relay_batch_size: usize,
+    /// How often an idle relay looks for rows committed by other replicas (relation-svc).
+    pub relay_idle_poll_ms: u64,
+    /// Run the outbox relay in this process (relation-svc).
+    pub relay_enabled: bool,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        Self {
+            brokers: vec!["127.0.0.1:9092".into()],
+            relation_topic: socialgraph_events::RELATION_TOPIC.into(),
+            content_topic: socialgraph_events::CONTENT_TOPIC.into(),
+            counter_topic: socialgraph_events::COUNTER_TOPIC.into(),
+            partitions: 12,
+            request_deadline_ms: 5_000,
+            relay_batch_size: 1000,
+            relay_idle_poll_ms: 100,
+            relay_enabled: true,
+        }
+    }
+}
+
+/// `[auth]`: this service's admin credentials and page-token key.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// Bearer token of this service's admin RPCs (imports, scans, rebuilds); unset refuses them.
+    #[serde(skip_serializing)]
+    pub admin_token: Option<secrecy::SecretString>,
+    /// HMAC key of page tokens; all replicas must share it. Unset: a fixed development key
+    /// (a warning is logged), fine for one replica, forgeable by anyone who reads the source.
+    /// counter-svc has no paged RPC and ignores it.
+    #[serde(skip_serializing)]
+    pub page_token_secret: Option<secrecy::SecretString>,
+}

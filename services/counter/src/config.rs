@@ -1,10 +1,9 @@
 //! counter-svc configuration: defaults < `--config` TOML file < `SG_<SECTION>__<KEY>`
 //! environment variables.
 
-use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use socialgraph_events::consumer::ConsumerSettings;
-use socialgraph_server::ServerSettings;
+pub use socialgraph_server::{AuthSettings, KafkaSettings, RedisSettings, ServerSettings};
 
 /// Everything counter-svc reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,63 +29,12 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             server: ServerSettings::with_ports(50053, 9103),
-            redis: RedisSettings::default(),
+            redis: RedisSettings::with_pool(32, 1000),
             kafka: KafkaSettings::default(),
             consumer: ConsumerSettings::default(),
             projection: ProjectionSettings::default(),
             counters: CounterSettings::default(),
             auth: AuthSettings::default(),
-        }
-    }
-}
-
-/// `[redis]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RedisSettings {
-    /// `redis://host:port/db`.
-    pub url: String,
-    /// Prefix of every key (empty in production).
-    pub key_prefix: String,
-    /// Pool size.
-    pub pool_size: u32,
-    /// Longest wait for a connection or a command.
-    pub timeout_ms: u64,
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379".into(), key_prefix: String::new(), pool_size: 32, timeout_ms: 1000 }
-    }
-}
-
-/// `[kafka]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KafkaSettings {
-    /// Bootstrap brokers, `host:port`.
-    pub brokers: Vec<String>,
-    /// Topic of relation events (followings/followers).
-    pub relation_topic: String,
-    /// Topic of content events (posts, entity owners).
-    pub content_topic: String,
-    /// Topic of like/fav events, produced by this service and consumed by it.
-    pub counter_topic: String,
-    /// Partitions to create topics with when they do not exist yet.
-    pub partitions: i32,
-    /// How long one Kafka request is retried before the consumer backs off.
-    pub request_deadline_ms: u64,
-}
-
-impl Default for KafkaSettings {
-    fn default() -> Self {
-        Self {
-            brokers: vec!["127.0.0.1:9092".into()],
-            relation_topic: socialgraph_events::RELATION_TOPIC.into(),
-            content_topic: socialgraph_events::CONTENT_TOPIC.into(),
-            counter_topic: socialgraph_events::COUNTER_TOPIC.into(),
-            partitions: 12,
-            request_deadline_ms: 5_000,
         }
     }
 }
@@ -124,15 +72,6 @@ impl Default for CounterSettings {
     fn default() -> Self {
         Self { check_interval_secs: 300, rebuild_wait_ms: 5_000, verify_after_ms: 2_000 }
     }
-}
-
-/// `[auth]`
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthSettings {
-    /// Bearer token of the admin RPCs (rebuilds); unset refuses them.
-    #[serde(skip_serializing)]
-    pub admin_token: Option<SecretString>,
 }
 
 impl socialgraph_server::cli::ServiceConfig for Config {

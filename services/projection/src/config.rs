@@ -4,7 +4,7 @@
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use socialgraph_events::consumer::ConsumerSettings;
-use socialgraph_server::ServerSettings;
+pub use socialgraph_server::{AuthSettings, DatabaseSettings, KafkaSettings, ServerSettings};
 
 /// Everything projection-svc reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -28,61 +28,11 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             server: ServerSettings::with_ports(50052, 9102),
-            database: DatabaseSettings::default(),
+            database: DatabaseSettings::with_pool(16),
             kafka: KafkaSettings::default(),
             consumer: ConsumerSettings::default(),
             relation: RelationSettings::default(),
             auth: AuthSettings::default(),
-        }
-    }
-}
-
-/// `[database]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DatabaseSettings {
-    /// `postgres://…`, `mysql://…` or `sqlite://file?mode=rwc`.
-    pub url: String,
-    /// Pool size.
-    pub max_connections: u32,
-    /// Run pending migrations at start.
-    pub migrate_on_start: bool,
-    /// Name under which offsets are stored in `consumer_offset`.
-    pub consumer_name: String,
-}
-
-impl Default for DatabaseSettings {
-    fn default() -> Self {
-        Self {
-            url: "postgres://postgres@127.0.0.1:5432/socialgraph".into(),
-            max_connections: 16,
-            migrate_on_start: false,
-            consumer_name: "projection".into(),
-        }
-    }
-}
-
-/// `[kafka]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KafkaSettings {
-    /// Bootstrap brokers, `host:port`.
-    pub brokers: Vec<String>,
-    /// Topic of relation events.
-    pub relation_topic: String,
-    /// Partitions to create the topic with when it does not exist yet.
-    pub partitions: i32,
-    /// How long one Kafka request is retried before the consumer backs off.
-    pub request_deadline_ms: u64,
-}
-
-impl Default for KafkaSettings {
-    fn default() -> Self {
-        Self {
-            brokers: vec!["127.0.0.1:9092".into()],
-            relation_topic: socialgraph_events::RELATION_TOPIC.into(),
-            partitions: 12,
-            request_deadline_ms: 5_000,
         }
     }
 }
@@ -102,18 +52,6 @@ impl Default for RelationSettings {
     fn default() -> Self {
         Self { url: "http://127.0.0.1:50051".into(), admin_token: None }
     }
-}
-
-/// `[auth]`
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthSettings {
-    /// Bearer token required by this service's admin RPC (Rebuild); unset refuses it.
-    #[serde(skip_serializing)]
-    pub admin_token: Option<SecretString>,
-    /// HMAC key of page tokens, shared with every replica.
-    #[serde(skip_serializing)]
-    pub page_token_secret: Option<SecretString>,
 }
 
 impl socialgraph_server::cli::ServiceConfig for Config {
