@@ -1,0 +1,109 @@
+//! Broker and Redis helpers shared by the parts: topics and partition clients on the local
+//! broker, the bench's own Redis keys, Redis memory figures and `redis-benchmark` runs.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rskafka::client::Client;
+use rskafka::client::partition::{PartitionClient, UnknownTopicHandling};
+use socialgraph_integration_tests::redis_conn;
+
+/// Partitions of the topics the test configurations create.
+pub(crate) const PARTITIONS: i32 = 4;
+
+pub(crate) async fn kafka() -> anyhow::Result<Client> {
+    socialgraph_testkit::kafka::connect(&socialgraph_testkit::kafka::brokers()).await
+}
+
+pub(crate) async fn create_topic(client: &Client, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    client.controller_client()?.create_topic(topic, partitions, 1, 5_000).await?;
+    Ok(())
+}
+
+/// A client for each of the [`PARTITIONS`] partitions of `topic`, in partition order (retries
+/// while a fresh topic is not known yet).
+pub(crate) async fn partition_clients(client: &Client, topic: &str) -> anyhow::Result<Vec<PartitionClient>> {
+    let mut pcs = Vec::new();
+    for p in 0..PARTITIONS {
+        pcs.push(client.partition_client(topic, p, UnknownTopicHandling::Retry).await?);
+    }
+    Ok(pcs)
+}
+
+/// A patient connection to the shared Redis (long response timeout: big pipelines on a busy
+/// machine).
+pub(crate) async fn bench_redis() -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    redis_conn(&socialgraph_testkit::redis_url()).await
+}
+
+/// A key prefix of this run's own Redis keys.
+pub(crate) fn bench_prefix() -> String {
+    socialgraph_testkit::unique("sgbench:") + ":"
+}
+
+/// Deletes every key under `prefix` (SCAN + UNLINK, bounded by the key count).
+pub(crate) async fn delete_prefix(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> anyhow::Result<u64> {
+    let pattern = format!("{prefix}*");
+    let mut cursor: u64 = 0;
+    let mut deleted = 0u64;
+    for _ in 0..1_000_000 {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(5_000).query_async(conn).await?;
+        if !keys.is_empty() {
+            deleted += redis::cmd("UNLINK").arg(&keys).query_async::<u64>(conn).await?;
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Redis's `used_memory`, in bytes.
+pub(crate) async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    info.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse().ok()).context("INFO memory has no used_memory")
+}
+
+/// MEMORY USAGE of each key (0 for a missing key), pipelined.
+pub(crate) async fn memory_usage(conn: &mut redis::aio::MultiplexedConnection, keys: &[String]) -> anyhow::Result<Vec<u64>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for k in chunk {
+            pipe.cmd("MEMORY").arg("USAGE").arg(k).arg("SAMPLES").arg(0);
+        }
+        let v: Vec<Option<u64>> = pipe.query_async(conn).await?;
+        out.extend(v.into_iter().map(Option::unwrap_or_default));
+    }
+    Ok(out)
+}
+
+/// redis-benchmark's summary of one test (`--csv`).
+pub(crate) struct RedisBench {
+    pub(crate) rps: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+}
+
+/// Runs `redis-benchmark --csv` against the local Redis with `args` and parses its last line.
+pub(crate) async fn redis_benchmark(args: &[String]) -> anyhow::Result<RedisBench> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new("redis-benchmark").args(["-h", "127.0.0.1", "-p", "6379", "--csv"]).args(args).kill_on_drop(true).output(),
+    )
+    .await
+    .context("redis-benchmark took longer than 300 s")?
+    .context("redis-benchmark is not installed (it comes with redis-tools)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('"') && !l.starts_with("\"test\""))
+        .with_context(|| format!("no result from redis-benchmark: {} {}", text.trim(), String::from_utf8_lossy(&out.stderr).trim()))?;
+    // "test","rps","avg","min","p50","p95","p99","max": the test name may be long, so read from the right.
+    let fields: Vec<&str> = line.trim().trim_matches('"').rsplit("\",\"").collect();
+    let num = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    Ok(RedisBench { rps: num(6), p50: num(3), p99: num(1) })
+}

@@ -1,0 +1,292 @@
+//! Part 3, counters: user counter reads beside redis-benchmark GET/MGET of the same shapes;
+//! memory per user counter, the service's packed string beside a hash of five fields.
+
+use std::time::Duration;
+
+use socialgraph_cache::keys::Keys;
+use socialgraph_integration_tests::{Mesh, Svc, spawn_counter};
+use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
+use socialgraph_proto::counter::v1::{BatchGetUserCountersRequest, GetUserCountersRequest};
+use tonic::transport::Channel;
+
+use crate::CountersArgs;
+use crate::backends::{RedisBench, bench_prefix, bench_redis, delete_prefix, memory_usage, redis_benchmark, used_memory};
+use crate::load::{CHANNELS, channels, closed_loop, mix};
+use crate::report::{Run, header, print_table, progress, row};
+
+/// Runs the part on a mesh of its own, whose Redis keys it removes at the end.
+pub(crate) async fn run(a: &CountersArgs) -> anyhow::Result<()> {
+    header("counters: user counter reads, memory per user");
+    let mut m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let result = counters_in(&mut m, a).await;
+    let mut conn = bench_redis().await?;
+    delete_prefix(&mut conn, &m.prefix).await?;
+    m.stop().await?;
+    result
+}
+
+/// [`CHANNELS`] counter-svc clients, each on its own connection.
+pub(crate) async fn counter_clients(svc: &Svc) -> anyhow::Result<Vec<CounterServiceClient<Channel>>> {
+    Ok(channels(svc, CHANNELS).await?.into_iter().map(CounterServiceClient::new).collect())
+}
+
+/// Reads every user's counters once, in batches of 100 (creates missing ones).
+async fn read_every_user(svc: &Svc, users: i64) -> anyhow::Result<Run> {
+    let clients = counter_clients(svc).await?;
+    let batches = ((users + 99) / 100) as usize;
+    let run = closed_loop(8, batches, Duration::from_secs(600), move |w, i| {
+        let mut c = clients[w % clients.len()].clone();
+        let ids: Vec<i64> = (i as i64 * 100 + 1..=((i as i64 + 1) * 100).min(users)).collect();
+        async move {
+            c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?;
+            Ok(())
+        }
+    })
+    .await;
+    if run.errors > 0 {
+        println!("  ({}: later reads create what is missing)", run.describe("reading every user"));
+    }
+    Ok(run)
+}
+
+/// One round of [`counter_reads`].
+struct Reads {
+    /// BatchGetUserCounters of 100 random ids.
+    batch: Run,
+    /// GetUserCounters of one random id.
+    single: Run,
+}
+
+/// BatchGetUserCounters of 100 random ids and GetUserCounters of one, each for `secs` s.
+async fn counter_reads(svc: &Svc, a: &CountersArgs, seed: u64) -> anyhow::Result<Reads> {
+    let users = a.users as u64;
+    let clients = counter_clients(svc).await?;
+    let cl = clients.clone();
+    let batch = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let ids: Vec<i64> = (0..100u64).map(|k| (mix(seed ^ (i as u64 * 131 + k)) % users) as i64 + 1).collect();
+        async move {
+            let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?.into_inner();
+            anyhow::ensure!(r.counters.len() == 100, "{} counters for 100 ids", r.counters.len());
+            Ok(())
+        }
+    })
+    .await;
+    let single = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = clients[w % clients.len()].clone();
+        let user_id = (mix(seed ^ i as u64) % users) as i64 + 1;
+        async move {
+            c.get_user_counters(GetUserCountersRequest { user_id }).await?;
+            Ok(())
+        }
+    })
+    .await;
+    Ok(Reads { batch, single })
+}
+
+/// Sets (`true`) or deletes the sampled-check rest key `sg:ucnt:{uid}:chk` of every user.
+async fn set_check_keys(m: &Mesh, users: i64, resting: bool) -> anyhow::Result<()> {
+    let keys = Keys::new(m.prefix.clone());
+    let mut conn = bench_redis().await?;
+    for chunk in (1..=users).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for &u in chunk {
+            if resting {
+                pipe.cmd("SET").arg(keys.user_check(u)).arg(1).arg("EX").arg(3_600).ignore();
+            } else {
+                pipe.del(keys.user_check(u)).ignore();
+            }
+        }
+        pipe.query_async::<()>(&mut conn).await?;
+    }
+    Ok(())
+}
+
+/// Replaces the mesh's counter-svc by one with `check_interval_secs`.
+async fn restart_counter(m: &mut Mesh, check_interval_secs: u64) -> anyhow::Result<()> {
+    let mut config = m.counter_config();
+    config.counters.check_interval_secs = check_interval_secs;
+    let fresh = spawn_counter(config).await?;
+    std::mem::replace(&mut m.counter, fresh).stop().await
+}
+
+async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
+    progress(&format!("creating the counters of {} users (one read each)", a.users));
+    let create = read_every_user(&m.counter, a.users).await?;
+
+    // Steady state: every user's sampled check is resting (as within 300 s of its last
+    // check), so a read costs its GET plus one SET NX per id.
+    set_check_keys(m, a.users, true).await?;
+    progress(&format!("BatchGetUserCounters(100) and GetUserCounters, checks resting, concurrency {}, {} s each", a.concurrency, a.secs));
+    let resting = counter_reads(&m.counter, a, 7).await?;
+
+    progress("the same with counter-svc restarted with counters.check_interval_secs = 0");
+    restart_counter(m, 0).await?;
+    let check_off = counter_reads(&m.counter, a, 8).await?;
+
+    // Raw: the same shapes straight on Redis, keys of 20 bytes under a bench prefix.
+    progress("redis-benchmark GET and MGET of 100 keys");
+    let mut conn = bench_redis().await?;
+    let (get, mget) = redis_reads(&mut conn, a).await?;
+
+    memory(&mut conn, a.memory_users).await?;
+
+    // Last (its background checks outlive the run): every user's check due at once, as right
+    // after counters are created or 300 s after a read of every user.
+    progress("BatchGetUserCounters(100) and GetUserCounters with every user's sampled check due");
+    restart_counter(m, 300).await?;
+    set_check_keys(m, a.users, false).await?;
+    let due = counter_reads(&m.counter, a, 9).await?;
+
+    print_reads(a, &ReadResults { create, resting, check_off, due, get, mget });
+    Ok(())
+}
+
+/// redis-benchmark GET of one and MGET of 100 random keys of 20 bytes, one per user, written
+/// under a bench prefix beforehand and deleted afterwards.
+async fn redis_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs) -> anyhow::Result<(RedisBench, RedisBench)> {
+    let bp = bench_prefix();
+    for chunk in (0..a.users).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for u in chunk {
+            pipe.set(format!("{bp}u:{u:012}"), [7u8; 20].as_slice()).ignore();
+        }
+        pipe.query_async::<()>(&mut *conn).await?;
+    }
+    let r = a.users.to_string();
+    let c = a.concurrency.to_string();
+    let get =
+        redis_benchmark(&["-c".into(), c.clone(), "-n".into(), "200000".into(), "-r".into(), r.clone(), "GET".into(), format!("{bp}u:__rand_int__")])
+            .await?;
+    let mut mget_args = vec!["-c".into(), c.clone(), "-n".into(), "100000".into(), "-r".into(), r.clone(), "MGET".into()];
+    mget_args.extend((0..100).map(|_| format!("{bp}u:__rand_int__")));
+    let mget = redis_benchmark(&mget_args).await?;
+    delete_prefix(conn, &bp).await?;
+    Ok((get, mget))
+}
+
+/// Measures and prints the memory of `users` user counters in both layouts.
+async fn memory(conn: &mut redis::aio::MultiplexedConnection, users: i64) -> anyhow::Result<()> {
+    progress(&format!("memory of {users} user counters: 20-byte strings vs hashes of five fields"));
+    let (str_usage, str_delta) = counter_memory(conn, users, false).await?;
+    let (hash_usage, hash_delta) = counter_memory(conn, users, true).await?;
+    print_table(
+        &format!("Memory per user counter, {users} users"),
+        "string sg:ucnt",
+        "hash of 5 fields",
+        &[row("MEMORY USAGE bytes/user", str_usage, hash_usage, "B"), row("used_memory delta bytes/user", str_delta, hash_delta, "B")],
+        &[
+            "string = the service's layout: key sg:ucnt:{uid} (real key builder, bench prefix), 20-byte value (5 x u32)".into(),
+            "hash = the same five counters as HSET fields fo,fe,po,lr,fr with decimal values (listpack encoding); \
+             ratio < 1 means the service's layout is smaller"
+                .into(),
+            "MEMORY USAGE averaged over a sample of 1000 keys; used_memory delta over all keys (other clients of \
+             this Redis can disturb it)"
+                .into(),
+        ],
+    );
+    Ok(())
+}
+
+/// Everything the user counter reads table shows.
+struct ReadResults {
+    /// The first read of every user, which creates the counters.
+    create: Run,
+    /// Default counter-svc, every user's sampled check resting.
+    resting: Reads,
+    /// counter-svc with `counters.check_interval_secs = 0`.
+    check_off: Reads,
+    /// Default counter-svc, every user's sampled check due.
+    due: Reads,
+    get: RedisBench,
+    mget: RedisBench,
+}
+
+fn print_reads(a: &CountersArgs, r: &ReadResults) {
+    let (get, mget) = (&r.get, &r.mget);
+    let (batch, single) = (&r.resting.batch, &r.resting.single);
+    let (batch_nc, single_nc) = (&r.check_off.batch, &r.check_off.single);
+    let (batch_due, single_due) = (&r.due.batch, &r.due.single);
+    print_table(
+        &format!("User counter reads, {} users, concurrency {}", a.users, a.concurrency),
+        "counter-svc",
+        "redis-benchmark",
+        &[
+            row("BatchGet(100) req/s", batch.rate(), mget.rps, "/s"),
+            row("BatchGet(100) p50", batch.p50(), mget.p50, "ms"),
+            row("BatchGet(100) p99", batch.p99(), mget.p99, "ms"),
+            row("Get req/s", single.rate(), get.rps, "/s"),
+            row("Get p50", single.p50(), get.p50, "ms"),
+            row("Get p99", single.p99(), get.p99, "ms"),
+            row("BatchGet(100) req/s, check off", batch_nc.rate(), mget.rps, "/s"),
+            row("BatchGet(100) p99, check off", batch_nc.p99(), mget.p99, "ms"),
+            row("Get req/s, check off", single_nc.rate(), get.rps, "/s"),
+            row("Get p99, check off", single_nc.p99(), get.p99, "ms"),
+            row("BatchGet(100) req/s, checks due", batch_due.rate(), mget.rps, "/s"),
+            row("BatchGet(100) p99, checks due", batch_due.p99(), mget.p99, "ms"),
+            row("Get req/s, checks due", single_due.rate(), get.rps, "/s"),
+            row("Get p99, checks due", single_due.p99(), get.p99, "ms"),
+        ],
+        &[
+            "raw = redis-benchmark -c 32 on the same Redis: MGET of 100 random keys of 20 bytes (-n 100000) and GET of one \
+             (-n 200000); redis-benchmark has no MGET test of its own (its MSET test writes 10 keys)"
+                .into(),
+            "first rows: default counter-svc, every user's sampled check resting (its sg:ucnt:{uid}:chk key set beforehand, \
+             as within 300 s of a check): each read still spawns one SET NX per id"
+                .into(),
+            "check off = counter-svc restarted with counters.check_interval_secs = 0".into(),
+            "checks due = default counter-svc, every user's check key absent: reads start a drift check per user \
+             (projection-svc GetEdgeCounts and Redis reads), measured last"
+                .into(),
+            format!("first read of every user (creates counters from projection-svc): {:.0} ids/s", a.users as f64 / r.create.elapsed.as_secs_f64()),
+            batch.describe("BatchGet"),
+            single.describe("Get"),
+            batch_nc.describe("BatchGet check off"),
+            single_nc.describe("Get check off"),
+            batch_due.describe("BatchGet checks due"),
+            single_due.describe("Get checks due"),
+        ],
+    );
+}
+
+/// Writes `users` counters under a bench prefix (strings of 20 bytes, or hashes of five
+/// fields), measures them, deletes them. Returns (MEMORY USAGE mean, used_memory delta) per user.
+async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64, as_hash: bool) -> anyhow::Result<(f64, f64)> {
+    let bp = bench_prefix();
+    let keys = Keys::new(bp.clone());
+    let before = used_memory(conn).await?;
+    let ids: Vec<i64> = (1..=users).collect();
+    for chunk in ids.chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for &u in chunk {
+            let v = [(u % 5_000) as u32, (mix(u as u64) % 100_000) as u32, (u % 300) as u32, (u % 70_000) as u32, (u % 9_000) as u32];
+            if as_hash {
+                let key = keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:");
+                pipe.cmd("HSET")
+                    .arg(key)
+                    .arg("fo")
+                    .arg(v[0])
+                    .arg("fe")
+                    .arg(v[1])
+                    .arg("po")
+                    .arg(v[2])
+                    .arg("lr")
+                    .arg(v[3])
+                    .arg("fr")
+                    .arg(v[4])
+                    .ignore();
+            } else {
+                pipe.set(keys.user_counters(u), socialgraph_cache::counters::Sds(v).encode().as_slice()).ignore();
+            }
+        }
+        pipe.query_async::<()>(&mut *conn).await?;
+    }
+    let after = used_memory(conn).await?;
+    let sample: Vec<String> = (0..1_000)
+        .map(|k| (mix(k) % users as u64) as i64 + 1)
+        .map(|u| if as_hash { keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:") } else { keys.user_counters(u) })
+        .collect();
+    let usage = memory_usage(conn, &sample).await?;
+    delete_prefix(conn, &bp).await?;
+    Ok((usage.iter().sum::<u64>() as f64 / usage.len() as f64, (after - before) as f64 / users as f64))
+}

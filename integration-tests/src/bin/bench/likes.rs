@@ -1,0 +1,309 @@
+//! Part 4, likes: the Like RPC beside the raw Lua toggle (from redis-benchmark and from this
+//! process) and a one-record produce; entity count reads beside MGET; memory per liked entity
+//! on MovieLens.
+
+mod movielens;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rskafka::client::partition::Compression;
+use rskafka::record::Record;
+use socialgraph_cache::entities::EntityScripts;
+use socialgraph_cache::keys::{EntityKeys, Keys};
+use socialgraph_integration_tests::{Mesh, Svc, counter_caught_up, metric};
+use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
+use socialgraph_proto::counter::v1::{BatchGetEntityCountsRequest, EntityRef, LikeRequest};
+use tonic::transport::Channel;
+
+use crate::LikesArgs;
+use crate::backends::{PARTITIONS, RedisBench, bench_prefix, bench_redis, create_topic, delete_prefix, kafka, partition_clients, redis_benchmark};
+use crate::counters::counter_clients;
+use crate::load::{closed_loop, mix};
+use crate::report::{Run, header, print_table, progress, row};
+
+/// Runs the part on a mesh of its own; its Redis keys and the bench's are removed at the end.
+pub(crate) async fn run(a: &LikesArgs) -> anyhow::Result<()> {
+    header("likes: Like toggles, entity counts, memory per liked entity");
+    let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let bp = bench_prefix();
+    let result = likes_in(&m, a, &bp).await;
+    let mut conn = bench_redis().await?;
+    delete_prefix(&mut conn, &m.prefix).await?;
+    delete_prefix(&mut conn, &bp).await?;
+    m.stop().await?;
+    result
+}
+
+/// Waits until `svc`'s admin port answers /ready with 200.
+async fn ready(svc: &Svc) -> anyhow::Result<()> {
+    let url = format!("http://{}/ready", svc.admin_addr);
+    socialgraph_testkit::eventually(Duration::from_secs(60), "the service to be ready", || {
+        let url = url.clone();
+        async move { Ok(reqwest::get(url).await.ok().filter(|r| r.status().is_success()).map(|_| ())) }
+    })
+    .await
+}
+
+async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
+    ready(&m.counter).await?;
+    let clients = counter_clients(&m.counter).await?;
+    let pairs = Arc::new(like_pairs(a));
+    progress(&format!("Like RPC, concurrency {}, up to {} s", a.concurrency, a.secs));
+    let like = like_run(a, &clients, &pairs).await;
+    let publish_failures = metric(&m.counter.metrics().await.unwrap_or_default(), "sg_action_publish_failures_total");
+
+    // Raw 1: redis-benchmark EVALSHA of the toggle script.
+    progress("redis-benchmark EVALSHA of the toggle script");
+    let mut conn = bench_redis().await?;
+    let scripts = EntityScripts::default();
+    let (eval, eval_probe) = toggle_benchmark(&mut conn, &scripts, a, bp).await?;
+
+    // Raw 2: the same EVALSHA from this process (redis-rs), the Like run's pairs, 4 connections.
+    progress("EVALSHA of the toggle script from redis-rs, the same pairs");
+    let direct = toggle_direct(a, &scripts, &pairs, bp).await?;
+    delete_prefix(&mut conn, bp).await?;
+
+    // Raw 3: one record per produce request, what each Like waits on after its toggle.
+    progress("rskafka produce of one record per request");
+    let produce = produce_singles(a).await?;
+
+    print_likes(a, &LikeResults { like, publish_failures, eval, eval_probe, direct, produce });
+    entity_counts(m, a, &clients, bp, &mut conn).await?;
+    movielens::run(m, a, &clients, bp, &mut conn).await
+}
+
+/// Distinct (actor, entity) pairs; actors below 32768 keep every entity in one bitmap chunk.
+fn like_pairs(a: &LikesArgs) -> Vec<(i64, i64)> {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut seen = HashSet::new();
+    let mut pairs = Vec::with_capacity(a.likes);
+    while pairs.len() < a.likes && seen.len() < (a.entities as usize) * 32_000 {
+        let p = (rng.random_range(1..=32_767i64), rng.random_range(1..=a.entities));
+        if seen.insert(p) {
+            pairs.push(p);
+        }
+    }
+    pairs
+}
+
+/// A Like RPC of each of `pairs`, until they or `secs` run out.
+async fn like_run(a: &LikesArgs, clients: &[CounterServiceClient<Channel>], pairs: &Arc<Vec<(i64, i64)>>) -> Run {
+    let (cl, pp) = (clients.to_vec(), Arc::clone(pairs));
+    closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let (actor_id, entity_id) = pp[i];
+        async move {
+            let r =
+                c.like(LikeRequest { actor_id, entity: Some(EntityRef { entity_type: "post".into(), entity_id }), owner_id: 0 }).await?.into_inner();
+            anyhow::ensure!(r.changed, "like {actor_id} → post {entity_id} changed nothing");
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// redis-benchmark EVALSHA of the toggle script, each call on a new entity; also returns what a
+/// call with a 12-digit bit offset (as redis-benchmark would expand a random bit) answers.
+async fn toggle_benchmark(
+    conn: &mut redis::aio::MultiplexedConnection,
+    scripts: &EntityScripts,
+    a: &LikesArgs,
+    bp: &str,
+) -> anyhow::Result<(RedisBench, redis::Value)> {
+    let sha = scripts.toggle.prepare_invoke().load_async(&mut *conn).await?;
+    // __rand_int__ expands to 12 zero-padded digits, which GETBIT/SETBIT refuse as a bit offset
+    // ("bit offset is not an integer"), so the randomness goes into the entity of the keys and
+    // the bit stays fixed: every call flips a new entity's bit (the `changed` path).
+    let ek = Keys::new(bp.to_owned()).entity("rb", 0);
+    let tag = |k: String| k.replace("{rb:0}", "{rb:__rand_int__}");
+    let mut eval_args: Vec<String> = vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "200000".into()];
+    eval_args.extend(["-r".into(), "100000000".into(), "EVALSHA".into(), sha.clone(), "10".into()]);
+    eval_args.extend(toggle_keys(&ek, 0).into_iter().map(tag));
+    eval_args.extend(["bit".into(), "4242".into(), "1".into(), "0".into(), "1".into(), "1|0|1|1|0|".into()]);
+    let eval = redis_benchmark(&eval_args).await?;
+    let eval_probe: redis::Value = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(10)
+        .arg(toggle_keys(&ek, 0))
+        .arg("bit")
+        .arg("000000004242")
+        .arg(1)
+        .arg(0)
+        .arg(1)
+        .arg("1|0|1|1|0|")
+        .query_async(&mut *conn)
+        .await
+        .unwrap_or_else(|e| redis::Value::SimpleString(format!("error: {e}")));
+    delete_prefix(conn, bp).await?;
+    Ok((eval, eval_probe))
+}
+
+/// The toggle script from redis-rs on 4 multiplexed connections, for the Like run's pairs.
+async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
+    let mut rconns = Vec::new();
+    for _ in 0..4 {
+        rconns.push(bench_redis().await?);
+    }
+    let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
+    let toggle = Arc::new(scripts.toggle.clone());
+    Ok(closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
+        let mut conn = rconns[w % rconns.len()].clone();
+        let (actor, entity) = pp[i];
+        let k = Keys::new(bpx.clone()).entity("post", entity);
+        let toggle = Arc::clone(&toggle);
+        async move {
+            let (bit, chunk) = ((actor as u64) % 32_768, (actor as u64) / 32_768);
+            let (changed, _seq): (i64, i64) = toggle
+                .key(toggle_keys(&k, chunk))
+                .arg("bit")
+                .arg(bit)
+                .arg(1)
+                .arg(chunk)
+                .arg(1)
+                .arg(format!("{actor}|0|1|1|0|"))
+                .invoke_async(&mut conn)
+                .await?;
+            anyhow::ensure!(changed == 1, "raw toggle changed nothing");
+            Ok(())
+        }
+    })
+    .await)
+}
+
+/// rskafka produce requests of one record each to a fresh topic.
+async fn produce_singles(a: &LikesArgs) -> anyhow::Result<Run> {
+    let client = kafka().await?;
+    let topic = socialgraph_testkit::unique("sg.bench.produce.");
+    create_topic(&client, &topic, PARTITIONS).await?;
+    let pcs: Vec<_> = partition_clients(&client, &topic).await?.into_iter().map(Arc::new).collect();
+    Ok(closed_loop(a.concurrency, 1_000_000, Duration::from_secs(a.secs), move |_, i| {
+        let pcl = Arc::clone(&pcs[i % pcs.len()]);
+        async move {
+            let rec = Record {
+                key: Some(format!("post:{i}").into_bytes()),
+                value: Some(vec![0u8; 90]),
+                headers: BTreeMap::new(),
+                timestamp: rskafka::chrono::Utc::now(),
+            };
+            pcl.produce(vec![rec], Compression::Lz4).await?;
+            Ok(())
+        }
+    })
+    .await)
+}
+
+/// Everything the Like table shows.
+struct LikeResults {
+    like: Run,
+    /// counter-svc's `sg_action_publish_failures_total` after the Like run.
+    publish_failures: f64,
+    eval: RedisBench,
+    /// The answer to an EVALSHA with a 12-digit bit offset.
+    eval_probe: redis::Value,
+    direct: Run,
+    produce: Run,
+}
+
+fn print_likes(a: &LikesArgs, r: &LikeResults) {
+    let (like, eval, direct, produce) = (&r.like, &r.eval, &r.direct, &r.produce);
+    print_table(
+        &format!("Like, distinct (actor, post) pairs over {} posts, concurrency {}", a.entities, a.concurrency),
+        "Like RPC",
+        "raw",
+        &[
+            row("Like/s vs redis-benchmark EVALSHA", like.rate(), eval.rps, "/s"),
+            row("p50 vs redis-benchmark EVALSHA", like.p50(), eval.p50, "ms"),
+            row("p99 vs redis-benchmark EVALSHA", like.p99(), eval.p99, "ms"),
+            row("Like/s vs EVALSHA from redis-rs", like.rate(), direct.rate(), "/s"),
+            row("p99 vs EVALSHA from redis-rs", like.p99(), direct.p99(), "ms"),
+            row("Like/s vs rskafka produce(1 record)", like.rate(), produce.rate(), "/s"),
+            row("p50 vs rskafka produce(1 record)", like.p50(), produce.p50(), "ms"),
+            row("p99 vs rskafka produce(1 record)", like.p99(), produce.p99(), "ms"),
+        ],
+        &[
+            like.describe("Like RPC") + &format!(" (publish failures: {})", r.publish_failures),
+            "redis-benchmark EVALSHA <toggle sha> 10 <entity keys> <chunk> bit 4242 1 0 1 <entry> -r 100000000 -n 200000: random \
+             entity per call (each __rand_int__ independently), fixed bit"
+                .into(),
+            format!(
+                "the same call with bit __rand_int__ (12 zero-padded digits, as redis-benchmark expands it) fails: {}",
+                match &r.eval_probe {
+                    redis::Value::SimpleString(s) => s.clone(),
+                    other => format!("{other:?}"),
+                }
+            ),
+            direct.describe("EVALSHA from redis-rs (same pairs, 4 multiplexed connections)"),
+            produce.describe("rskafka produce, 1 record of 90 bytes per request, Lz4, 4 partitions"),
+        ],
+    );
+}
+
+/// Entity counts: BatchGetEntityCounts(100) vs MGET of 100 counters.
+async fn entity_counts(
+    m: &Mesh,
+    a: &LikesArgs,
+    clients: &[CounterServiceClient<Channel>],
+    bp: &str,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> anyhow::Result<()> {
+    progress("waiting for the counter consumer, then BatchGetEntityCounts(100)");
+    counter_caught_up(&m.redis_url, &m.prefix, &[&m.topics.counter], Duration::from_secs(600)).await?;
+    let entities = a.entities as u64;
+    let cl = clients.to_vec();
+    let counts = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let mut c = cl[w % cl.len()].clone();
+        let ents: Vec<EntityRef> =
+            (0..100u64).map(|k| EntityRef { entity_type: "post".into(), entity_id: (mix(i as u64 * 131 + k) % entities) as i64 + 1 }).collect();
+        async move {
+            let r = c.batch_get_entity_counts(BatchGetEntityCountsRequest { entities: ents, metrics: vec![] }).await?.into_inner();
+            anyhow::ensure!(r.counts.len() == 100, "{} counts for 100 entities", r.counts.len());
+            Ok(())
+        }
+    })
+    .await;
+    progress("redis-benchmark MGET of 100 entity counters");
+    let mget = entity_counters_mget(conn, a, bp).await?;
+    print_table(
+        &format!("Entity counts, 100 random posts of {} per request, concurrency {}", a.entities, a.concurrency),
+        "BatchGetEntityCounts",
+        "redis-benchmark MGET",
+        &[row("req/s", counts.rate(), mget.rps, "/s"), row("p50", counts.p50(), mget.p50, "ms"), row("p99", counts.p99(), mget.p99, "ms")],
+        &[
+            counts.describe("BatchGetEntityCounts"),
+            "the service runs one read-or-rebuild script per entity (9 keys each) in one pipeline; raw = one MGET of 100 \
+             counter keys of 20 bytes"
+                .into(),
+        ],
+    );
+    Ok(())
+}
+
+/// redis-benchmark MGET of 100 random entity counter keys of 20 bytes, written under the bench
+/// prefix beforehand and deleted afterwards.
+async fn entity_counters_mget(conn: &mut redis::aio::MultiplexedConnection, a: &LikesArgs, bp: &str) -> anyhow::Result<RedisBench> {
+    let kk = Keys::new(bp.to_owned());
+    for chunk in (0..a.entities).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for e in chunk {
+            pipe.set(kk.entity("post", 0).counter().replace("{post:0}", &format!("{{post:{e:012}}}")), [3u8; 20].as_slice()).ignore();
+        }
+        pipe.query_async::<()>(&mut *conn).await?;
+    }
+    let mut mget_args: Vec<String> =
+        vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "100000".into(), "-r".into(), a.entities.to_string(), "MGET".into()];
+    mget_args.extend((0..100).map(|_| kk.entity("post", 0).counter().replace("{post:0}", "{post:__rand_int__}")));
+    let mget = redis_benchmark(&mget_args).await?;
+    delete_prefix(conn, bp).await?;
+    Ok(mget)
+}
+
+/// The ten keys of the toggle script for a like of an actor in `chunk`: the entity's nine script
+/// keys, then the chunk.
+fn toggle_keys(k: &EntityKeys, chunk: u64) -> Vec<String> {
+    let mut keys = socialgraph_counter::entities::script_keys(k).to_vec();
+    keys.push(k.chunk("like", chunk));
+    keys
+}

@@ -1,0 +1,150 @@
+//! Benchmarks of the socialgraph services against the local PostgreSQL, Redis and broker, each
+//! printed beside a raw baseline of the same work done directly on the backing store, with the
+//! ratio service/raw.
+//!
+//! `cargo run --release -p socialgraph-integration-tests --bin bench -- all`, or one part:
+//! `relation`, `projection`, `counters`, `likes` (`--help` lists each part's knobs).
+//!
+//! It prints numbers and asserts nothing. Every loop is bounded in count and in time, and all
+//! traffic goes to 127.0.0.1. Databases and Redis keys it creates are removed at the end of
+//! their part; topics stay, as the tests' do (a DeleteTopics on the tansu 0.6 broker was once
+//! followed by a panic of its storage task, which left the broker unusable until restarted).
+//!
+//! This file holds the command line and the dispatch; each part lives in its own module, on the
+//! shared [`report`] (tables, percentiles, ratios), [`load`] (load generators) and [`backends`]
+//! (broker and Redis) helpers.
+
+mod backends;
+mod counters;
+mod likes;
+mod load;
+mod projection;
+mod relation;
+mod report;
+
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "bench", about = "socialgraph benchmarks: each service beside a raw baseline of the same work")]
+struct Cli {
+    #[command(subcommand)]
+    part: Part,
+    /// Run the in-process services under a plain log subscriber (warn) instead of the services'
+    /// telemetry (whose OpenTelemetry layer turns every span of every level into an OTel span),
+    /// to see what that costs.
+    #[arg(long, global = true)]
+    plain_tracing: bool,
+}
+
+#[derive(Subcommand)]
+enum Part {
+    /// Follow RPC vs the same transaction on PostgreSQL; relay vs direct produce.
+    Relation(RelationArgs),
+    /// Follow → ListFollowers propagation; consumer apply vs raw fetch.
+    Projection(ProjectionArgs),
+    /// User counter reads vs redis-benchmark; memory per user counter.
+    Counters(CountersArgs),
+    /// Like RPC vs the raw Lua toggle; entity count reads vs MGET; memory per liked entity.
+    Likes(LikesArgs),
+    /// Every part, in order, with default settings.
+    All,
+}
+
+#[derive(Parser, Clone)]
+struct RelationArgs {
+    /// Follows per run (random distinct edges).
+    #[arg(long, default_value_t = 20_000)]
+    follows: usize,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Longest time one closed-loop run may take.
+    #[arg(long, default_value_t = 120)]
+    max_secs: u64,
+    /// Outbox rows loaded with ImportFollows for the relay measurement.
+    #[arg(long, default_value_t = 100_000)]
+    relay_rows: usize,
+}
+
+#[derive(Parser, Clone)]
+struct ProjectionArgs {
+    /// Offered follow rates (follows/s), open loop.
+    #[arg(long, value_delimiter = ',', default_values_t = [200u32, 2000])]
+    rates: Vec<u32>,
+    /// Seconds each rate is offered.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Measure the propagation of every n-th follow.
+    #[arg(long, default_value_t = 10)]
+    sample_every: u64,
+    /// Events in the pre-filled topic of the apply-throughput measurement.
+    #[arg(long, default_value_t = 500_000)]
+    events: usize,
+}
+
+#[derive(Parser, Clone)]
+struct CountersArgs {
+    /// Users whose counters are read.
+    #[arg(long, default_value_t = 10_000)]
+    users: i64,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds of each read run.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Users of the memory measurement.
+    #[arg(long, default_value_t = 100_000)]
+    memory_users: i64,
+}
+
+#[derive(Parser, Clone)]
+struct LikesArgs {
+    /// Entities (`post`) the likes go to.
+    #[arg(long, default_value_t = 2_000)]
+    entities: i64,
+    /// Most likes of the Like run (distinct actor/entity pairs).
+    #[arg(long, default_value_t = 200_000)]
+    likes: usize,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds of each run.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// MovieLens ratings (gzip CSV userId,movieId,rating,timestamp).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/ml-latest-small/ratings.csv.gz"))]
+    movielens: String,
+}
+
+fn defaults<T: Parser>() -> T {
+    T::parse_from(["bench"])
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if cli.plain_tracing {
+        // The services' telemetry init then finds a subscriber in place and leaves it.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().init();
+        println!("(plain tracing: the services run without their OpenTelemetry layer)");
+    }
+    let started = Instant::now();
+    match cli.part {
+        Part::Relation(a) => relation::run(&a).await?,
+        Part::Projection(a) => projection::run(&a).await?,
+        Part::Counters(a) => counters::run(&a).await?,
+        Part::Likes(a) => likes::run(&a).await?,
+        Part::All => {
+            relation::run(&defaults()).await?;
+            projection::run(&defaults()).await?;
+            counters::run(&defaults()).await?;
+            likes::run(&defaults()).await?;
+        }
+    }
+    println!("\ntotal bench time {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
