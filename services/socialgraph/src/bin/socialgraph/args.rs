@@ -1,56 +1,58 @@
-//! `socialgraph`: the command line of the socialgraph mesh. Each subcommand is one variant of
-//! [`Command`] and one arm of [`run`]; the work is in the `socialgraph_cli` library.
-//!
-//! Exit status: 0 success, 1 an error (one line on standard error), 2 bad usage, 3 `verify`
-//! found mismatches.
+//! The command line of `socialgraph`, as clap parses it, and its conversion into the options
+//! of the `socialgraph_cli` library.
 
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
-
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use socialgraph_cli::commands::{self, Paging};
+use socialgraph_cli::commands::Paging;
 use socialgraph_cli::generator::GenOptions;
 use socialgraph_cli::likes::LikeOptions;
 use socialgraph_cli::load::LoadOptions;
-use socialgraph_cli::query::ListQuery;
 use socialgraph_cli::verify::VerifyOptions;
-use socialgraph_cli::{CliResult, EdgeFileOptions, EdgeFormat, Endpoints};
+use socialgraph_cli::{EdgeFileOptions, EdgeFormat, Endpoints};
 
 /// Client of the socialgraph mesh: bulk loads, queries, verification, graph generation.
 #[derive(Debug, Parser)]
 #[command(name = "socialgraph", version, about)]
-struct Cli {
+pub struct Cli {
     #[command(flatten)]
-    mesh: MeshArgs,
+    pub mesh: MeshArgs,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
-    json: bool,
+    pub json: bool,
     #[command(subcommand)]
-    command: Command,
+    pub command: Command,
 }
 
 /// Where the services are.
 #[derive(Debug, Args)]
-struct MeshArgs {
+pub struct MeshArgs {
     /// relation-svc gRPC endpoint.
     #[arg(long, global = true, env = "SG_RELATION_URL", default_value = "http://127.0.0.1:50051")]
-    relation: String,
+    pub relation: String,
     /// projection-svc gRPC endpoint.
     #[arg(long, global = true, env = "SG_PROJECTION_URL", default_value = "http://127.0.0.1:50052")]
-    projection: String,
+    pub projection: String,
     /// counter-svc gRPC endpoint.
     #[arg(long, global = true, env = "SG_COUNTER_URL", default_value = "http://127.0.0.1:50053")]
-    counter: String,
+    pub counter: String,
     /// Bearer token of admin RPCs (ImportFollows): relation-svc's auth.admin_token.
     #[arg(long, global = true, env = "SG_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
+    pub admin_token: Option<String>,
 }
 
+impl MeshArgs {
+    /// The endpoints the library calls.
+    pub fn endpoints(self) -> Endpoints {
+        Endpoints { relation: self.relation, projection: self.projection, counter: self.counter, admin_token: self.admin_token }
+    }
+}
+
+/// The subcommands; each is one arm of `run` in `main.rs`.
 #[derive(Debug, Subcommand)]
-enum Command {
+pub enum Command {
     /// Serve RelationService, ProjectionService and CounterService in this process on one
     /// SQLite file (the embedded mode; needs nothing else installed). Runs until SIGTERM or
     /// Ctrl-C.
@@ -127,70 +129,90 @@ enum Command {
     Gen(GenArgs),
 }
 
+/// What `load` loads.
 #[derive(Debug, Subcommand)]
-enum LoadCommand {
+pub enum LoadCommand {
     /// Follow edges (SNAP text or CSV, plain or .gz) through ImportFollows.
     Follows(LoadFollowsArgs),
     /// MovieLens ratings as likes and favourites.
     Likes(LoadLikesArgs),
 }
 
+/// An edge file and how to read it (`load follows`, `verify`).
 #[derive(Debug, Args)]
-struct FileArgs {
+pub struct FileArgs {
     /// The edge file.
-    file: PathBuf,
+    pub file: PathBuf,
     /// Layout of the file.
     #[arg(long, value_enum, default_value_t = EdgeFormat::Auto)]
-    format: EdgeFormat,
+    pub format: EdgeFormat,
     /// Added to every id (files numbering users from 0 need 1).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    id_offset: i64,
+    pub id_offset: i64,
 }
 
 impl FileArgs {
-    fn options(&self) -> EdgeFileOptions {
+    /// How the library reads the file.
+    pub fn options(&self) -> EdgeFileOptions {
         EdgeFileOptions { format: self.format, id_offset: self.id_offset }
     }
 }
 
+/// `load follows` settings.
 #[derive(Debug, Args)]
-struct LoadFollowsArgs {
+pub struct LoadFollowsArgs {
     #[command(flatten)]
-    file: FileArgs,
+    pub file: FileArgs,
     /// Edges per ImportFollows message (at most 10000).
     #[arg(long, default_value_t = 10_000)]
-    message_edges: usize,
+    pub message_edges: usize,
     /// Concurrent ImportFollows streams.
     #[arg(long, default_value_t = 4)]
-    streams: usize,
+    pub streams: usize,
     /// No progress bar.
     #[arg(long)]
-    no_progress: bool,
+    pub no_progress: bool,
 }
 
+impl LoadFollowsArgs {
+    /// How the library sends the edges.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions { message_edges: self.message_edges, streams: self.streams }
+    }
+}
+
+/// `load likes` settings.
 #[derive(Debug, Args)]
-struct LoadLikesArgs {
+pub struct LoadLikesArgs {
     /// MovieLens ratings.csv (or .csv.gz).
-    file: PathBuf,
+    pub file: PathBuf,
     /// A rating at or above this is a like.
     #[arg(long, default_value_t = 4.0)]
-    like_min: f64,
+    pub like_min: f64,
     /// A rating at or above this is also a favourite.
     #[arg(long, default_value_t = 5.0)]
-    fav_min: f64,
+    pub fav_min: f64,
     /// Entity type of the movies.
     #[arg(long, default_value = "movie")]
-    entity_type: String,
+    pub entity_type: String,
     /// Toggles in flight at once.
     #[arg(long, default_value_t = 16)]
-    concurrency: usize,
+    pub concurrency: usize,
     /// No progress bar.
     #[arg(long)]
-    no_progress: bool,
+    pub no_progress: bool,
 }
 
+impl LoadLikesArgs {
+    /// How the library turns ratings into toggles.
+    pub fn options(&self) -> LikeOptions {
+        LikeOptions { like_min: self.like_min, fav_min: self.fav_min, entity_type: self.entity_type.clone(), concurrency: self.concurrency }
+    }
+}
+
+/// Paging of the list subcommands.
 #[derive(Debug, Args)]
-struct PagingArgs {
+pub struct PagingArgs {
     /// Entries per page (server default 50, at most 1000; 1000 with --all).
     #[arg(long)]
     page_size: Option<i32>,
@@ -208,10 +230,11 @@ impl From<PagingArgs> for Paging {
     }
 }
 
+/// `verify` settings.
 #[derive(Debug, Args)]
-struct VerifyArgs {
+pub struct VerifyArgs {
     #[command(flatten)]
-    file: FileArgs,
+    pub file: FileArgs,
     /// Users whose follower lists are compared.
     #[arg(long, default_value_t = 200)]
     sample: usize,
@@ -229,8 +252,23 @@ struct VerifyArgs {
     max_report: usize,
 }
 
+impl VerifyArgs {
+    /// What the library samples and how long it waits.
+    pub fn options(&self) -> VerifyOptions {
+        VerifyOptions {
+            sample_users: self.sample,
+            sample_pairs: self.pairs.unwrap_or(self.sample),
+            seed: self.seed,
+            wait: Duration::from_secs(self.wait_secs),
+            max_reported: self.max_report,
+            ..VerifyOptions::default()
+        }
+    }
+}
+
+/// `gen` settings.
 #[derive(Debug, Args)]
-struct GenArgs {
+pub struct GenArgs {
     /// Users (ids 1..=N).
     #[arg(long, default_value_t = 7_000)]
     users: u64,
@@ -241,123 +279,37 @@ struct GenArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output file.
-    out: PathBuf,
+    pub out: PathBuf,
+}
+
+impl GenArgs {
+    /// The graph the library generates.
+    pub fn options(&self) -> GenOptions {
+        GenOptions { users: self.users, edges: self.edges, seed: self.seed }
+    }
 }
 
 /// `socialgraph dev` settings.
 #[derive(Debug, Args)]
-struct DevArgs {
+pub struct DevArgs {
     /// The SQLite file (created when missing; holds all state across restarts).
     #[arg(long, default_value = "socialgraph-dev.sqlite")]
-    data: PathBuf,
+    pub data: PathBuf,
     /// RelationService listen address.
     #[arg(long, default_value = "127.0.0.1:50051")]
-    relation_addr: std::net::SocketAddr,
+    pub relation_addr: SocketAddr,
     /// ProjectionService listen address.
     #[arg(long, default_value = "127.0.0.1:50052")]
-    projection_addr: std::net::SocketAddr,
+    pub projection_addr: SocketAddr,
     /// CounterService listen address.
     #[arg(long, default_value = "127.0.0.1:50053")]
-    counter_addr: std::net::SocketAddr,
+    pub counter_addr: SocketAddr,
     /// Admin HTTP listen address (/metrics, /ready, /live).
     #[arg(long, default_value = "127.0.0.1:9100")]
-    admin_addr: std::net::SocketAddr,
+    pub admin_addr: SocketAddr,
     /// HMAC key of page tokens (default: the fixed development key).
     #[arg(long, env = "SG_AUTH__PAGE_TOKEN_SECRET", hide_env_values = true)]
-    page_token_secret: Option<String>,
-}
-
-/// Default bearer token of the embedded mode's admin RPCs when `--admin-token` is not given.
-const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
-
-/// Runs the embedded mesh until SIGTERM or Ctrl-C.
-async fn dev(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
-    let telemetry = socialgraph_telemetry::init("socialgraph-dev")?;
-    let config = socialgraph_embedded::DevConfig {
-        data: a.data,
-        relation_addr: a.relation_addr,
-        projection_addr: a.projection_addr,
-        counter_addr: a.counter_addr,
-        admin_addr: a.admin_addr,
-        admin_token: admin_token.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()).into(),
-        page_token_secret: a.page_token_secret.map(Into::into),
-        ..socialgraph_embedded::DevConfig::default()
-    };
-    let listeners = socialgraph_embedded::Listeners::bind(&config).await?;
-    tracing::info!(
-        data = %config.data.display(),
-        relation = %config.relation_addr,
-        projection = %config.projection_addr,
-        counter = %config.counter_addr,
-        admin = %config.admin_addr,
-        "socialgraph dev serving"
-    );
-    let shutdown = socialgraph_server::shutdown_on_signal();
-    let result = socialgraph_embedded::run(config, listeners, shutdown).await;
-    telemetry.shutdown();
-    result
-}
-
-async fn run(cli: Cli) -> CliResult<ExitCode> {
-    let m = cli.mesh;
-    let dev_admin_token = m.admin_token.clone();
-    let endpoints = Endpoints { relation: m.relation, projection: m.projection, counter: m.counter, admin_token: m.admin_token };
-    let json = cli.json;
-    match cli.command {
-        Command::Dev(a) => {
-            if let Err(e) = dev(a, dev_admin_token).await {
-                eprintln!("error: socialgraph dev: {e:#}");
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-        Command::Load(LoadCommand::Follows(a)) => {
-            let opts = LoadOptions { message_edges: a.message_edges, streams: a.streams };
-            commands::load_follows(&endpoints, &a.file.file, a.file.options(), opts, json, !a.no_progress).await?;
-        }
-        Command::Load(LoadCommand::Likes(a)) => {
-            let opts = LikeOptions { like_min: a.like_min, fav_min: a.fav_min, entity_type: a.entity_type, concurrency: a.concurrency };
-            commands::load_likes(&endpoints, &a.file, &opts, json, !a.no_progress).await?;
-        }
-        Command::Following { user, paging } => commands::list(&endpoints, ListQuery::Following { user_id: user }, paging.into(), json).await?,
-        Command::Followers { user, paging } => commands::list(&endpoints, ListQuery::Followers { user_id: user }, paging.into(), json).await?,
-        Command::Common { user, other, paging } => {
-            commands::list(&endpoints, ListQuery::Common { user_id: user, other_user_id: other }, paging.into(), json).await?;
-        }
-        Command::Familiar { viewer, user, paging } => {
-            commands::list(&endpoints, ListQuery::Familiar { viewer_id: viewer, user_id: user }, paging.into(), json).await?;
-        }
-        Command::Relationship { user, others } => commands::relationship(&endpoints, user, &others, json).await?,
-        Command::Counters { users } => commands::counters(&endpoints, &users, json).await?,
-        Command::EntityCounts { entity_type, ids } => commands::entity_counts(&endpoints, &entity_type, &ids, json).await?,
-        Command::Status => commands::status(&endpoints, json).await?,
-        Command::Verify(a) => {
-            let opts = VerifyOptions {
-                sample_users: a.sample,
-                sample_pairs: a.pairs.unwrap_or(a.sample),
-                seed: a.seed,
-                wait: Duration::from_secs(a.wait_secs),
-                max_reported: a.max_report,
-                ..VerifyOptions::default()
-            };
-            if !commands::verify(&endpoints, &a.file.file, a.file.options(), &opts, json).await? {
-                return Ok(ExitCode::from(3));
-            }
-        }
-        Command::Gen(a) => commands::generate_file(&a.out, GenOptions { users: a.users, edges: a.edges, seed: a.seed }, json)?,
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-#[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli).await {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    pub page_token_secret: Option<String>,
 }
 
 #[cfg(test)]
