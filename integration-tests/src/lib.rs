@@ -148,8 +148,13 @@ where
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(run(grpc, admin, shutdown.clone()));
     let svc = Svc { addr, admin_addr, shutdown, task };
-    socialgraph_testkit::eventually(Duration::from_secs(20), "the service to accept connections", || async {
-        Ok(tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()))
+    // Ready means the server answers: its health service says SERVING (a bound port alone
+    // accepts connections before the server runs).
+    socialgraph_testkit::eventually(Duration::from_secs(20), "the service to answer health checks with SERVING", || async {
+        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+        let Ok(channel) = Channel::from_shared(format!("http://{addr}"))?.connect().await else { return Ok(None) };
+        let answer = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await;
+        Ok(answer.ok().filter(|r| r.get_ref().status == ServingStatus::Serving as i32).map(|_| ()))
     })
     .await?;
     Ok(svc)

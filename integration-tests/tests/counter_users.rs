@@ -266,7 +266,16 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     // runs until the period is over.
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone());
     let mut conn = redis_conn(&m.redis_url).await?;
-    let rest_ms: i64 = redis::cmd("PTTL").arg(keys.user_check(2)).query_async(&mut conn).await?;
+    // The consumer created user 2's counters, so that first read ran its check (in the
+    // background, off the read path), which started the rest period: wait for it to be set.
+    let mut rest_ms: i64 = -2;
+    for _ in 0..100 {
+        rest_ms = redis::cmd("PTTL").arg(keys.user_check(2)).query_async(&mut conn).await?;
+        if rest_ms != -2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!((1..=1200).contains(&rest_ms), "a rebuilt user rests one interval plus jitter (PTTL {rest_ms} ms)");
 
     // Drift: followers of user 2 overwritten by hand (bytes 4..8), guards untouched.

@@ -1,6 +1,7 @@
 //! Domain types of socialgraph, free of IO: user ids, edges, page sizes and integrity-protected
 //! keyset page tokens, and the conversions the services share.
 
+mod convert;
 mod ids;
 mod page;
 
@@ -9,6 +10,12 @@ pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, Pa
 
 /// Most ids accepted by one batch RPC (DESIGN.md §4).
 pub const MAX_BATCH: usize = 1000;
+
+/// Milliseconds since the Unix epoch by the system clock (0 if the clock is before 1970): the
+/// one clock of every `*_ms` column, event time and score.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
+}
 
 /// Milliseconds since the Unix epoch as a protobuf `Timestamp`.
 pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {

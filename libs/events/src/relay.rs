@@ -16,6 +16,7 @@ use sea_orm::DatabaseConnection;
 use socialgraph_storage::{leader::LeaderLock, outbox, outbox::OutboxRow};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// What a sink acknowledged of one publish call.
 #[derive(Debug)]
@@ -238,15 +239,20 @@ async fn round<S: EventSink>(
     count_backlog: bool,
 ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
     let rows = outbox::fetch(db, config.batch_size).await?;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default();
+    let now_ms = socialgraph_domain::now_ms();
     if rows.is_empty() {
         metrics.backlog.set(0);
         metrics.lag_ms.set(0);
         return Ok(0);
     }
     metrics.lag_ms.set((now_ms - rows[0].row.created_at_ms).max(0));
-    let outcome = sink.publish(&rows).await;
-    outbox::delete(db, &outcome.acked).await?;
+    // One span per published batch, linked to the trace of every row's write.
+    let span = tracing::info_span!("relay", otel.name = "relay.publish", otel.kind = "producer", messaging.batch.message_count = rows.len());
+    for r in &rows {
+        socialgraph_telemetry::link_from_headers(&span, &crate::headers::decode(&r.row.headers));
+    }
+    let outcome = sink.publish(&rows).instrument(span.clone()).await;
+    outbox::delete(db, &outcome.acked).instrument(span).await?;
     metrics.published.inc_by(outcome.acked.len() as u64);
     if rows.len() == config.batch_size {
         if count_backlog {

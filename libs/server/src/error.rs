@@ -12,6 +12,29 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// `ErrorInfo.domain` of every socialgraph error.
 pub const DOMAIN: &str = "socialgraph";
 
+/// UNAVAILABLE reason: the SQL database is unreachable, lost the connection, or stayed busy
+/// (lock contention) through every retry.
+pub const REASON_DATABASE: &str = "DATABASE_UNAVAILABLE";
+/// UNAVAILABLE reason: counter-svc's Redis is unreachable or too slow.
+pub const REASON_REDIS: &str = "REDIS_UNAVAILABLE";
+/// UNAVAILABLE reason: relation-svc's follow rate limiter (Redis) is unreachable and
+/// `limits.on_redis_error = closed`.
+pub const REASON_RATE_LIMITER: &str = "RATE_LIMITER_UNAVAILABLE";
+/// UNAVAILABLE reason: another service of the mesh this RPC needs did not answer.
+pub const REASON_PEER: &str = "PEER_UNAVAILABLE";
+
+/// The API error of a database failure: UNAVAILABLE (reason [`REASON_DATABASE`]) for a lost
+/// connection or a busy database (see `socialgraph_storage::is_unavailable` and
+/// `is_retryable`), INTERNAL for everything else. The driver's text is logged, never returned.
+pub fn db_error(e: sea_orm::DbErr) -> ApiError {
+    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
+        tracing::warn!(error = %e, "database unavailable");
+        ApiError::unavailable(REASON_DATABASE, "database unavailable; retry")
+    } else {
+        ApiError::internal(e)
+    }
+}
+
 /// A result of the RPC layer.
 pub type ApiResult<T> = Result<T, ApiError>;
 
@@ -52,9 +75,16 @@ pub enum ApiError {
     /// The call is not allowed (e.g. admin RPCs with no admin token configured).
     #[error("{0}")]
     PermissionDenied(String),
-    /// A dependency is down; retrying later may succeed.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
+    /// A dependency is down; retrying later may succeed. The caller gets `message` (never a
+    /// driver's text), ErrorInfo with `reason` (one of the `UNAVAILABLE_*` constants) and
+    /// RetryInfo of one second.
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// Stable machine-readable reason, e.g. [`REASON_DATABASE`].
+        reason: &'static str,
+        /// Human-readable, opaque message.
+        message: String,
+    },
     /// A bug or an unexpected failure; details go to the log only.
     #[error("internal error: {0}")]
     Internal(Box<dyn std::error::Error + Send + Sync>),
@@ -78,6 +108,12 @@ impl ApiError {
     /// Wraps an unexpected failure.
     pub fn internal(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self::Internal(Box::new(e))
+    }
+
+    /// UNAVAILABLE with `reason` (one of the `REASON_*` constants of a dependency) and an
+    /// opaque `message`.
+    pub fn unavailable(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::Unavailable { reason, message: message.into() }
     }
 }
 
@@ -116,7 +152,8 @@ impl From<ApiError> for Status {
             }
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable { reason, .. } => {
+                d.set_error_info(reason, DOMAIN, HashMap::new());
                 d.set_retry_info(Some(Duration::from_secs(1)));
                 Code::Unavailable
             }

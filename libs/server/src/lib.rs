@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use admin::serve_admin;
 pub use config::{AuthSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
-pub use error::{ApiError, ApiResult, DOMAIN};
+pub use error::{ApiError, ApiResult, DOMAIN, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -77,6 +77,27 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// in-flight RPCs drained for at most `settings.drain_timeout_ms`.
 ///
 /// `service_names` are the full gRPC names reported SERVING by the health service;
+/// The span of one RPC, around the handler: named `<Service>.<Method>` (e.g.
+/// `RelationService.Follow`) with OpenTelemetry's `rpc.system`, `rpc.service` and `rpc.method`,
+/// and the caller's W3C `traceparent` as its parent. Handlers, and the events they write, run
+/// inside it.
+pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
+    let path = req.uri().path().trim_start_matches('/');
+    let (service, method) = path.split_once('/').unwrap_or((path, ""));
+    let short = service.rsplit('.').next().unwrap_or(service);
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = format!("{short}.{method}"),
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = method,
+    );
+    let metadata = tonic::metadata::MetadataMap::from_headers(req.headers().clone());
+    socialgraph_telemetry::set_parent_from_metadata(&span, &metadata);
+    span
+}
+
 /// `long_running` lists method paths (`/package.Service/Method`) exempt from the request
 /// timeout (bulk imports, scans, rebuilds).
 ///
@@ -119,6 +140,7 @@ pub async fn serve_grpc(
         }
     };
     let server = tonic::transport::Server::builder()
+        .trace_fn(rpc_span)
         .load_shed(true)
         .concurrency_limit_per_connection(settings.concurrency_limit_per_connection)
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(settings.concurrency_limit))

@@ -109,6 +109,33 @@ pub fn set_parent_from_headers(span: &tracing::Span, headers: &std::collections:
     let _ = span.set_parent(cx);
 }
 
+/// Adds to `span` a link to the producer's span named in Kafka record headers (`traceparent`),
+/// if any: how a batch span points at the traces of the events it applies.
+pub fn link_from_headers(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
+    use opentelemetry::trace::TraceContextExt;
+    let map: HashMap<String, String> = headers.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
+    let cx = TraceContextPropagator::new().extract(&map);
+    let producer = cx.span().span_context().clone();
+    if producer.is_valid() {
+        span.add_link(producer);
+    }
+}
+
+/// A span for one consumed batch, named `name` (e.g. `counter.apply`), linked to the producer
+/// span of every record that carries one.
+pub fn batch_span<'a>(
+    name: &'static str,
+    topic: &str,
+    partition: i32,
+    headers: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, Vec<u8>>>,
+) -> tracing::Span {
+    let span = tracing::info_span!("batch", otel.name = name, messaging.destination.name = topic, messaging.destination.partition.id = partition);
+    for h in headers {
+        link_from_headers(&span, h);
+    }
+    span
+}
+
 struct MapInjector<'a>(&'a mut std::collections::BTreeMap<String, String>);
 
 impl Injector for MapInjector<'_> {

@@ -10,7 +10,7 @@ use socialgraph_proto::events::v1::Metric;
 use socialgraph_server::ApiResult;
 
 use crate::entities::Entities;
-use crate::service::Counters;
+use crate::users::Counters;
 
 /// A counter store behind CounterService. Every input is already validated (ids > 0, batch
 /// sizes, entity types, metrics).

@@ -20,9 +20,10 @@ use rskafka::record::RecordAndOffset;
 use socialgraph_domain::timestamp_to_ms;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, Metric, RelationEvent, RelationEventKind};
+use tracing::Instrument;
 
-use crate::service::Counters;
 use crate::store::{AuthorContent, EntityState, Store};
+use crate::users::Counters;
 
 /// Metrics shared by the consumers.
 #[derive(Clone)]
@@ -71,29 +72,34 @@ impl BatchHandler for RelationCounter {
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
-        let users: Vec<i64> = self.users(records).into_iter().collect();
-        if !users.is_empty() {
-            // The projection's counts reflect this batch once its offset of this partition has
-            // passed the batch; earlier they would be copied too old (and this batch's users
-            // might not be touched again).
-            let start = Instant::now();
-            let mut wait = Duration::from_millis(2);
-            let counts = loop {
-                let answer = self.counters.edge_counts(&users).await.map_err(|e| e.to_string())?;
-                if answer.next_offsets.get(&partition).is_some_and(|n| *n >= next_offset) {
-                    break answer.counts;
-                }
-                if start.elapsed() > self.projection_wait {
-                    return Err(format!("projection-svc has not applied {topic}/{partition} up to offset {} yet", next_offset - 1).into());
-                }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_millis(100));
-            };
-            let written = self.counters.store.sync_edges(&counts, false).await?;
-            self.metrics.applied.inc_by(written.iter().filter(|w| w.is_some()).count() as u64);
+        let span = socialgraph_telemetry::batch_span("counter.relation", topic, partition, records.iter().map(|r| &r.record.headers));
+        async {
+            let users: Vec<i64> = self.users(records).into_iter().collect();
+            if !users.is_empty() {
+                // The projection's counts reflect this batch once its offset of this partition has
+                // passed the batch; earlier they would be copied too old (and this batch's users
+                // might not be touched again).
+                let start = Instant::now();
+                let mut wait = Duration::from_millis(2);
+                let counts = loop {
+                    let answer = self.counters.edge_counts(&users).await.map_err(|e| e.to_string())?;
+                    if answer.next_offsets.get(&partition).is_some_and(|n| *n >= next_offset) {
+                        break answer.counts;
+                    }
+                    if start.elapsed() > self.projection_wait {
+                        return Err(format!("projection-svc has not applied {topic}/{partition} up to offset {} yet", next_offset - 1).into());
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(100));
+                };
+                let written = self.counters.store.sync_edges(&counts, false).await?;
+                self.metrics.applied.inc_by(written.iter().filter(|w| w.is_some()).count() as u64);
+            }
+            self.counters.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            Ok(())
         }
-        self.counters.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 
@@ -130,40 +136,45 @@ impl BatchHandler for ContentCounter {
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
-        let mut ops: BTreeMap<i64, Vec<(bool, String, i64)>> = BTreeMap::new();
-        let mut published: BTreeMap<(String, i64), i64> = BTreeMap::new();
-        let mut owners = redis::pipe();
-        for r in records {
-            let e = match ContentEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e) if e.author_id > 0 && e.entity_id > 0 && socialgraph_domain::valid_entity_type(&e.entity_type) => e,
-                _ => {
-                    self.metrics.skipped.with_label_values(&["undecodable"]).inc();
-                    continue;
+        let span = socialgraph_telemetry::batch_span("counter.content", topic, partition, records.iter().map(|r| &r.record.headers));
+        async {
+            let mut ops: BTreeMap<i64, Vec<(bool, String, i64)>> = BTreeMap::new();
+            let mut published: BTreeMap<(String, i64), i64> = BTreeMap::new();
+            let mut owners = redis::pipe();
+            for r in records {
+                let e = match ContentEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+                    Ok(e) if e.author_id > 0 && e.entity_id > 0 && socialgraph_domain::valid_entity_type(&e.entity_type) => e,
+                    _ => {
+                        self.metrics.skipped.with_label_values(&["undecodable"]).inc();
+                        continue;
+                    }
+                };
+                let is_published = match ContentEventKind::try_from(e.kind) {
+                    Ok(ContentEventKind::Published) => true,
+                    Ok(ContentEventKind::Deleted) => false,
+                    _ => {
+                        self.metrics.skipped.with_label_values(&["unknown_kind"]).inc();
+                        continue;
+                    }
+                };
+                // The event's own time orders copies of it; records without one use the record's.
+                let at_ms = e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_else(|| r.record.timestamp.timestamp_millis());
+                if is_published {
+                    owners.set(self.store.keys.owner(&e.entity_type, e.entity_id), e.author_id).ignore();
+                    published.insert((e.entity_type.clone(), e.entity_id), e.author_id);
                 }
-            };
-            let is_published = match ContentEventKind::try_from(e.kind) {
-                Ok(ContentEventKind::Published) => true,
-                Ok(ContentEventKind::Deleted) => false,
-                _ => {
-                    self.metrics.skipped.with_label_values(&["unknown_kind"]).inc();
-                    continue;
-                }
-            };
-            // The event's own time orders copies of it; records without one use the record's.
-            let at_ms = e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_else(|| r.record.timestamp.timestamp_millis());
-            if is_published {
-                owners.set(self.store.keys.owner(&e.entity_type, e.entity_id), e.author_id).ignore();
-                published.insert((e.entity_type.clone(), e.entity_id), e.author_id);
+                ops.entry(e.author_id).or_default().push((is_published, format!("{}:{}", e.entity_type, e.entity_id), at_ms));
             }
-            ops.entry(e.author_id).or_default().push((is_published, format!("{}:{}", e.entity_type, e.entity_id), at_ms));
+            self.store.query(&owners).await?;
+            let ops: Vec<AuthorContent> = ops.into_iter().collect();
+            self.store.apply_content(&ops).await?;
+            // Likes made before the entity's owner was known reach the owner now.
+            self.metrics.applied.inc_by(sync_owners(&self.store, &published).await?);
+            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            Ok(())
         }
-        self.store.query(&owners).await?;
-        let ops: Vec<AuthorContent> = ops.into_iter().collect();
-        self.store.apply_content(&ops).await?;
-        // Likes made before the entity's owner was known reach the owner now.
-        self.metrics.applied.inc_by(sync_owners(&self.store, &published).await?);
-        self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
 
@@ -231,10 +242,15 @@ impl BatchHandler for ActionCounter {
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
-        let actions = self.decode(records);
-        let owned = self.owners(&actions).await?;
-        self.metrics.applied.inc_by(sync_owners(&self.store, &owned).await?);
-        self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
-        Ok(())
+        let span = socialgraph_telemetry::batch_span("counter.action", topic, partition, records.iter().map(|r| &r.record.headers));
+        async {
+            let actions = self.decode(records);
+            let owned = self.owners(&actions).await?;
+            self.metrics.applied.inc_by(sync_owners(&self.store, &owned).await?);
+            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            Ok(())
+        }
+        .instrument(span)
+        .await
     }
 }

@@ -12,8 +12,8 @@ use socialgraph_proto::events::v1::{ActionEvent, Metric};
 use socialgraph_server::{ApiError, ApiResult};
 use tokio::sync::Notify;
 
-use crate::service::cache_error;
 use crate::store::Store;
+use crate::users::cache_error;
 
 /// The like metric.
 pub const LIKE: Metric = Metric::Like;
@@ -25,9 +25,7 @@ pub fn metric_name(m: Metric) -> &'static str {
     if m == Metric::Fav { "fav" } else { "like" }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
-}
+pub(crate) use socialgraph_domain::now_ms;
 
 /// The entity side of counter-svc.
 pub struct Entities {

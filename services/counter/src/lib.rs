@@ -9,8 +9,8 @@ pub mod consume;
 pub mod entities;
 pub mod grpc;
 pub mod outbox;
-pub mod service;
 pub mod store;
+pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,13 +61,13 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         skipped,
     };
     let channel = tonic::transport::Channel::from_shared(config.projection.url.clone()).context("projection.url")?.connect_lazy();
-    let counters = Arc::new(service::Counters {
+    let counters = Arc::new(users::Counters {
         store: store.clone(),
         projection: ProjectionServiceClient::new(channel),
         check_interval_secs: config.counters.check_interval_secs,
         rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters created or rebuilt from the facts")?,
         repairs: counter(&registry, "sg_counter_repairs_total", "Checks and rebuilds that found drift and repaired it")?,
-        check_slots: Arc::new(tokio::sync::Semaphore::new(service::CHECK_SLOTS)),
+        check_slots: Arc::new(tokio::sync::Semaphore::new(users::CHECK_SLOTS)),
     });
     let producer = Arc::new(tokio::sync::OnceCell::new());
     let relay_wake = Arc::new(tokio::sync::Notify::new());
@@ -105,7 +105,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
 struct ConsumeCtx {
     config: Config,
     store: store::Store,
-    counters: Arc<service::Counters>,
+    counters: Arc<users::Counters>,
     metrics: consume::ConsumerMetrics,
     producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
     lag: IntGaugeVec,

@@ -21,6 +21,7 @@ use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
 use tokio::sync::{Notify, OnceCell};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::entities::{action_event, now_ms};
 use crate::store::{Store, parse_member};
@@ -141,7 +142,11 @@ impl Relay {
                 return Err("the broker is not connected yet".into());
             };
             let n = records.len();
-            if let (_, Some(e)) = producer.produce(records).await {
+            let span = tracing::info_span!("relay", otel.name = "counter.relay.publish", otel.kind = "producer", messaging.batch.message_count = n);
+            for r in &records {
+                socialgraph_telemetry::link_from_headers(&span, &r.headers);
+            }
+            if let (_, Some(e)) = producer.produce(records).instrument(span).await {
                 return Err(Box::new(e));
             }
             self.published.inc_by(n as u64);

@@ -26,7 +26,8 @@ use socialgraph_counter::entities::{FAV, LIKE, action_event, entity_counts};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
-use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_server::ApiResult;
+use socialgraph_server::db_error;
 use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
 use tokio::sync::Notify;
@@ -64,17 +65,6 @@ fn stmt(sql: &str, values: Vec<Value>) -> Statement {
 
 fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
-}
-
-fn db_error(e: DbErr) -> ApiError {
-    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
-    // in the log, not in the answer.
-    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
-        tracing::warn!(error = %e, "database unavailable");
-        ApiError::Unavailable("database unavailable; retry".into())
-    } else {
-        ApiError::internal(e)
-    }
 }
 
 /// Runs `body` in a transaction, retrying it while SQLite reports a busy database.

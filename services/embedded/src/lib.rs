@@ -103,9 +103,7 @@ impl Listeners {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+pub(crate) use socialgraph_domain::now_ms;
 
 /// Runs the three services on `listeners` against `config.data` until `shutdown` fires.
 ///

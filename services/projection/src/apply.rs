@@ -9,14 +9,13 @@ use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use sea_orm::DatabaseConnection;
-use socialgraph_domain::{Edge, EdgeState, timestamp_to_ms};
+use socialgraph_domain::Edge;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
-use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_proto::events::v1::RelationEvent;
 use socialgraph_storage::counts::{self, CountDelta};
 use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// Attempts of one batch transaction that lost a race with a rebuild.
 const MAX_ATTEMPTS: usize = 10;
@@ -33,40 +32,25 @@ pub struct Projector {
     pub skipped: IntCounterVec,
 }
 
-/// The edge an event describes.
-pub fn edge_of(e: &RelationEvent) -> Edge {
-    Edge {
-        follower_id: e.follower_id,
-        followee_id: e.followee_id,
-        state: if e.kind == RelationEventKind::Followed as i32 { EdgeState::Following } else { EdgeState::NotFollowing },
-        version: e.version,
-        followed_at_ms: e.followed_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
-        updated_at_ms: e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
-    }
-}
-
 impl Projector {
-    /// The newest event per edge in a batch, linking the batch span to each producer's trace.
+    /// The newest event per edge in a batch ([`newest_per_edge`]), counting undecodable and
+    /// stale records and linking the batch span to each producer's trace.
     fn newest(&self, records: &[RecordAndOffset], span: &tracing::Span) -> HashMap<(i64, i64), Edge> {
-        let mut newest: HashMap<(i64, i64), Edge> = HashMap::new();
+        let mut edges = Vec::with_capacity(records.len());
         for r in records {
-            let event = match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e) if e.follower_id > 0 && e.followee_id > 0 && e.version > 0 => e,
+            match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+                Ok(e) if e.follower_id > 0 && e.followee_id > 0 && e.version > 0 => {
+                    socialgraph_telemetry::link_from_headers(span, &r.record.headers);
+                    edges.push(Edge::from(&e));
+                }
                 Ok(_) | Err(_) => {
                     self.skipped.with_label_values(&["undecodable"]).inc();
                     tracing::warn!(offset = r.offset, "skipping a record that is not a valid RelationEvent");
-                    continue;
                 }
-            };
-            link_producer(span, &r.record.headers);
-            let edge = edge_of(&event);
-            let slot = newest.entry((edge.follower_id, edge.followee_id)).or_insert(edge);
-            if edge.version > slot.version {
-                *slot = edge;
-            } else if edge.version < slot.version {
-                self.skipped.with_label_values(&["stale"]).inc();
             }
         }
+        let (newest, stale) = newest_per_edge(edges);
+        self.skipped.with_label_values(&["stale"]).inc_by(stale);
         newest
     }
 
@@ -113,17 +97,6 @@ impl Projector {
     }
 }
 
-fn link_producer(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
-    let probe = tracing::Span::none();
-    socialgraph_telemetry::set_parent_from_headers(&probe, headers);
-    use opentelemetry::trace::TraceContextExt;
-    let cx = probe.context();
-    let producer = cx.span().span_context().clone();
-    if producer.is_valid() {
-        span.add_link(producer);
-    }
-}
-
 impl BatchHandler for Projector {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
         let stored = offsets::list(&self.db, &self.consumer, topic).await?;
@@ -146,5 +119,42 @@ impl BatchHandler for Projector {
                 Err(e) => return Err(Box::new(e)),
             }
         }
+    }
+}
+
+/// Of the edges of one batch (in log order), the one with the highest version per
+/// (follower, followee), and how many were older than one already seen (stale). An equal
+/// version (a copy of the same event) is neither newer nor stale.
+pub fn newest_per_edge(edges: impl IntoIterator<Item = Edge>) -> (HashMap<(i64, i64), Edge>, u64) {
+    let mut newest: HashMap<(i64, i64), Edge> = HashMap::new();
+    let mut stale = 0;
+    for edge in edges {
+        let slot = newest.entry((edge.follower_id, edge.followee_id)).or_insert(edge);
+        if edge.version > slot.version {
+            *slot = edge;
+        } else if edge.version < slot.version {
+            stale += 1;
+        }
+    }
+    (newest, stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socialgraph_domain::EdgeState;
+
+    fn edge(follower_id: i64, followee_id: i64, version: i64) -> Edge {
+        let state = if version % 2 == 1 { EdgeState::Following } else { EdgeState::NotFollowing };
+        Edge { follower_id, followee_id, state, version, followed_at_ms: version, updated_at_ms: version }
+    }
+
+    #[test]
+    fn the_highest_version_of_each_edge_wins_whatever_the_order_and_copies() {
+        let (newest, stale) = newest_per_edge([edge(1, 2, 1), edge(1, 2, 3), edge(1, 2, 2), edge(1, 2, 3), edge(2, 1, 1)]);
+        assert_eq!(newest[&(1, 2)], edge(1, 2, 3));
+        assert_eq!(newest[&(2, 1)], edge(2, 1, 1));
+        assert_eq!(newest.len(), 2);
+        assert_eq!(stale, 1, "version 2 after 3 is stale; the copy of 3 is not");
     }
 }

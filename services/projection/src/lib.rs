@@ -28,9 +28,7 @@ pub const SERVICE_NAME: &str = "socialgraph.projection.v1.ProjectionService";
 /// Admin methods whose duration grows with the data: exempt from the request timeout.
 pub const LONG_RUNNING: &[&str] = &["/socialgraph.projection.v1.ProjectionService/Rebuild"];
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
-}
+pub(crate) use socialgraph_domain::now_ms;
 
 /// Runs projection-svc on `grpc` and `admin` until `shutdown` fires: drains RPCs, then stops
 /// the consumers at a batch boundary (their offsets are already stored with each batch).

@@ -4,10 +4,11 @@ use std::collections::{HashMap, VecDeque};
 
 use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use secrecy::{ExposeSecret, SecretString};
-use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, timestamp_to_ms, validate_user_id};
+use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, validate_user_id};
 use socialgraph_events::consumer::Progress;
 use socialgraph_proto::relation::v1 as rpb;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_server::db_error;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::counts::{CountDelta, EdgeCount};
@@ -57,29 +58,10 @@ pub struct RebuildCounts {
     pub rows_deleted: i64,
 }
 
-fn db_error(e: DbErr) -> ApiError {
-    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
-    // in the log, not in the answer.
-    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
-        tracing::warn!(error = %e, "database unavailable");
-        ApiError::Unavailable("database unavailable; retry".into())
-    } else {
-        ApiError::internal(e)
-    }
-}
-
 fn scan_error(e: tonic::Status) -> ApiError {
-    ApiError::Unavailable(format!("relation-svc scan failed: {}", e.message()))
-}
-
-fn edge_from_pb(e: &rpb::Edge) -> Edge {
-    Edge {
-        follower_id: e.follower_id,
-        followee_id: e.followee_id,
-        state: if e.following { EdgeState::Following } else { EdgeState::NotFollowing },
-        version: e.version,
-        followed_at_ms: e.followed_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
-        updated_at_ms: e.updated_at.as_ref().map(timestamp_to_ms).unwrap_or_default(),
+    {
+        tracing::warn!(code = ?e.code(), message = e.message(), "relation-svc scan failed");
+        ApiError::unavailable(socialgraph_server::REASON_PEER, "relation-svc did not answer the scan; retry")
     }
 }
 
@@ -179,7 +161,7 @@ impl Projection {
         };
         let mut stream = self.relation.clone().scan_edges(self.admin(req)).await.map_err(scan_error)?.into_inner();
         let page = stream.message().await.map_err(scan_error)?;
-        Ok(page.and_then(|p| p.edges.first().map(edge_from_pb)).filter(|e| (e.follower_id, e.followee_id) == (follower_id, followee_id)))
+        Ok(page.and_then(|p| p.edges.first().map(Edge::from)).filter(|e| (e.follower_id, e.followee_id) == (follower_id, followee_id)))
     }
 
     /// Makes the follower row of `key` agree with the source. `scanned` is the source row as
@@ -242,7 +224,7 @@ impl Projection {
             let mut stream = self.scan_source(req).await?;
             while let Some(page) = stream.message().await.map_err(scan_error)? {
                 counts.edges_scanned += page.edges.len() as i64;
-                source.extend(page.edges.iter().map(|e| ((e.follower_id, e.followee_id), edge_from_pb(e))));
+                source.extend(page.edges.iter().map(|e| ((e.follower_id, e.followee_id), Edge::from(e))));
             }
         }
         let mut stored = Vec::new();
@@ -280,7 +262,7 @@ impl Projection {
                 match stream.message().await.map_err(scan_error)? {
                     Some(page) => {
                         counts.edges_scanned += page.edges.len() as i64;
-                        source.extend(page.edges.iter().map(edge_from_pb));
+                        source.extend(page.edges.iter().map(Edge::from));
                     }
                     None => source_done = true,
                 }

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use secrecy::SecretString;
-use socialgraph_domain::{Edge, EdgeState, ListKind, timestamp_from_ms, timestamp_to_ms, validate_timestamp, validate_user_id};
+use socialgraph_domain::{Edge, ListKind, timestamp_from_ms, timestamp_to_ms, validate_timestamp, validate_user_id};
 use socialgraph_proto::relation::v1 as pb;
 use socialgraph_proto::relation::v1::relation_service_server::RelationService;
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::edges::{ListEntry, ScanFilter};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 use crate::service::{ImportCounts, ImportEdge, Relations, now_ms};
 
@@ -37,12 +36,6 @@ impl RelationGrpc {
     }
 }
 
-fn span<T>(name: &'static str, req: &Request<T>) -> tracing::Span {
-    let span = tracing::info_span!("rpc", otel.name = name, rpc.service = "socialgraph.relation.v1.RelationService");
-    socialgraph_telemetry::set_parent_from_metadata(&span, req.metadata());
-    span
-}
-
 fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
     list.into_iter().map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
 }
@@ -54,17 +47,6 @@ fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>)) -> pb::Rel
         followed_by: inc.is_some(),
         followed_at: out.map(|e| timestamp_from_ms(e.followed_at_ms)),
         followed_by_at: inc.map(|e| timestamp_from_ms(e.followed_at_ms)),
-    }
-}
-
-fn edge(e: Edge) -> pb::Edge {
-    pb::Edge {
-        follower_id: e.follower_id,
-        followee_id: e.followee_id,
-        following: e.state == EdgeState::Following,
-        version: e.version,
-        followed_at: Some(timestamp_from_ms(e.followed_at_ms)),
-        updated_at: Some(timestamp_from_ms(e.updated_at_ms)),
     }
 }
 
@@ -104,9 +86,8 @@ fn add(total: &mut ImportCounts, c: ImportCounts) {
 #[tonic::async_trait]
 impl RelationService for RelationGrpc {
     async fn follow(&self, req: Request<pb::FollowRequest>) -> Result<Response<pb::FollowResponse>, Status> {
-        let span = span("Follow", &req);
         let r = req.into_inner();
-        let out = self.relations.follow(r.follower_id, r.followee_id).instrument(span).await?;
+        let out = self.relations.follow(r.follower_id, r.followee_id).await?;
         Ok(Response::new(pb::FollowResponse {
             changed: out.changed,
             followed_at: Some(timestamp_from_ms(out.edge.followed_at_ms)),
@@ -115,9 +96,8 @@ impl RelationService for RelationGrpc {
     }
 
     async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
-        let span = span("Unfollow", &req);
         let r = req.into_inner();
-        let (changed, version) = self.relations.unfollow(r.follower_id, r.followee_id).instrument(span).await?;
+        let (changed, version) = self.relations.unfollow(r.follower_id, r.followee_id).await?;
         Ok(Response::new(pb::UnfollowResponse { changed, version }))
     }
 
@@ -222,7 +202,7 @@ impl RelationService for RelationGrpc {
                 remaining -= rows.len() as u64;
                 filter.after = Some((last.follower_id, last.followee_id));
                 let cursor = Some(pb::EdgeCursor { follower_id: last.follower_id, followee_id: last.followee_id });
-                let msg = pb::ScanEdgesResponse { edges: rows.into_iter().map(edge).collect(), cursor };
+                let msg = pb::ScanEdgesResponse { edges: rows.into_iter().map(pb::Edge::from).collect(), cursor };
                 if tx.send(Ok(msg)).await.is_err() || done {
                     return;
                 }

@@ -14,6 +14,7 @@ use socialgraph_cache::{
 use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, Violation, validate_user_id};
 use socialgraph_events::headers;
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_server::db_error;
 use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry};
@@ -78,7 +79,7 @@ impl Retry {
                     tokio::time::sleep(d).await;
                     Ok(())
                 }
-                None => Err(ApiError::Unavailable(format!("too much contention: {e}"))),
+                None => Err(db_error(e)),
             },
             TxError::Db(e) => Err(db_error(e)),
         }
@@ -133,20 +134,7 @@ pub struct ImportCounts {
 /// One edge to import: (follower, followee, followed_at_ms).
 pub type ImportEdge = (i64, i64, i64);
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
-}
-
-pub(crate) fn db_error(e: DbErr) -> ApiError {
-    // A lost connection or a busy database is retryable (UNAVAILABLE); the driver's text stays
-    // in the log, not in the answer.
-    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
-        tracing::warn!(error = %e, "database unavailable");
-        ApiError::Unavailable("database unavailable; retry".into())
-    } else {
-        ApiError::internal(e)
-    }
-}
+pub(crate) use socialgraph_domain::now_ms;
 
 impl Relations {
     /// Builds the service over an open database and Redis pool (`None`: follows are not
@@ -226,7 +214,7 @@ impl Relations {
                 }
                 OnRedisError::Closed => {
                     tracing::warn!(error = %e, follower_id, "rate limiter unreachable: follow refused (fail closed)");
-                    Err(ApiError::Unavailable("the follow rate limiter is unavailable".into()))
+                    Err(ApiError::unavailable(socialgraph_server::REASON_RATE_LIMITER, "the follow rate limiter is unavailable"))
                 }
             },
         }
@@ -375,18 +363,7 @@ impl Relations {
     /// # Errors
     /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
     pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
-        let mut counts = ImportCounts { received: chunk.len() as i64, ..Default::default() };
-        let mut wanted: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-        for &(fr, fe, at) in chunk {
-            if fr == fe {
-                counts.skipped_self_loops += 1;
-            } else if let std::collections::btree_map::Entry::Vacant(e) = wanted.entry((fr, fe)) {
-                e.insert(at);
-            } else {
-                // The first occurrence wins, as it does across chunks (later ones find the row).
-                counts.skipped_duplicates += 1;
-            }
-        }
+        let (wanted, mut counts) = dedup_import(chunk);
         let pairs: Vec<(i64, i64)> = wanted.keys().copied().collect();
         let (imported, dups) = in_tx!(self, txn => self.import_tx(&txn, &wanted, &pairs).await.map_err(TxError::Db));
         counts.imported = imported;
@@ -457,4 +434,34 @@ fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
     let bad: Vec<Violation> =
         [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)].into_iter().filter_map(Result::err).collect();
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
+
+/// The edges of one import chunk to write, keyed (follower, followee) → followed_at_ms, and the
+/// counts of what was dropped: self-loops, and repeats of an edge (the first occurrence wins,
+/// as it does across chunks, where later ones find the row).
+pub fn dedup_import(chunk: &[ImportEdge]) -> (BTreeMap<(i64, i64), i64>, ImportCounts) {
+    let mut counts = ImportCounts { received: chunk.len() as i64, ..Default::default() };
+    let mut wanted: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for &(fr, fe, at) in chunk {
+        if fr == fe {
+            counts.skipped_self_loops += 1;
+        } else if let std::collections::btree_map::Entry::Vacant(e) = wanted.entry((fr, fe)) {
+            e.insert(at);
+        } else {
+            counts.skipped_duplicates += 1;
+        }
+    }
+    (wanted, counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_import_chunk_drops_self_loops_and_keeps_the_first_of_repeated_edges() {
+        let (wanted, counts) = dedup_import(&[(1, 2, 10), (3, 3, 11), (1, 2, 12), (2, 1, 13), (1, 2, 14)]);
+        assert_eq!(wanted.into_iter().collect::<Vec<_>>(), [((1, 2), 10), ((2, 1), 13)]);
+        assert_eq!((counts.received, counts.skipped_self_loops, counts.skipped_duplicates, counts.imported), (5, 1, 2, 0));
+    }
 }

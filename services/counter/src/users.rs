@@ -51,7 +51,7 @@ pub struct Counters {
 pub(crate) fn cache_error(e: CacheError) -> ApiError {
     if e.is_unavailable() {
         tracing::warn!(error = %e, "redis unavailable");
-        ApiError::Unavailable("redis unavailable".into())
+        ApiError::unavailable(socialgraph_server::REASON_REDIS, "redis unavailable")
     } else {
         ApiError::internal(e)
     }
@@ -79,7 +79,10 @@ impl Counters {
                 .clone()
                 .batch_get_edge_counts(BatchGetEdgeCountsRequest { user_ids: chunk.to_vec() })
                 .await
-                .map_err(|s| ApiError::Unavailable(format!("projection-svc: {}", s.message())))?
+                .map_err(|s| {
+                    tracing::warn!(code = ?s.code(), message = s.message(), "projection-svc did not answer");
+                    ApiError::unavailable(socialgraph_server::REASON_PEER, "projection-svc unavailable; retry")
+                })?
                 .into_inner();
             out.counts.extend(r.counts.iter().map(|c| EdgeCounts {
                 user_id: c.user_id,
@@ -135,7 +138,7 @@ impl Counters {
         self.verify(user_id).await?;
         self.rebuilds.inc();
         let after = self.store.read(&[user_id]).await.map_err(cache_error)?.pop().flatten();
-        after.ok_or_else(|| ApiError::Unavailable("counters vanished during the rebuild".into()))
+        after.ok_or_else(|| ApiError::unavailable(socialgraph_server::REASON_REDIS, "counters vanished during the rebuild"))
     }
 
     /// One user's rest period between sampled checks: the configured interval plus up to a
@@ -200,6 +203,8 @@ impl Counters {
             }
         }
         self.maybe_check(present);
-        read.into_iter().map(|v| v.ok_or_else(|| ApiError::Unavailable("counters vanished while being created".into()))).collect()
+        read.into_iter()
+            .map(|v| v.ok_or_else(|| ApiError::unavailable(socialgraph_server::REASON_REDIS, "counters vanished while being created")))
+            .collect()
     }
 }
