@@ -37,6 +37,12 @@ fn counter(registry: &Registry, name: &str, help: &str) -> anyhow::Result<IntCou
     Ok(c)
 }
 
+/// CounterService's routes over `backend` (Redis here, SQL in the embedded mode); the rebuilds
+/// need `Bearer <admin_token>` (unset refuses them).
+pub fn routes<B: backend::CounterBackend>(backend: Arc<B>, admin_token: Option<secrecy::SecretString>) -> tonic::service::Routes {
+    tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(backend, admin_token)))
+}
+
 /// Runs counter-svc on `grpc` and `admin` until `shutdown` fires.
 ///
 /// # Errors
@@ -89,10 +95,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let relay_task = tokio::spawn(relay.run(loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = tonic::service::Routes::new(CounterServiceServer::new(grpc::CounterGrpc::new(
-        Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }),
-        config.auth.admin_token.clone(),
-    )));
+    let routes = routes(Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }), config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], &[], grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;

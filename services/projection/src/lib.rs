@@ -30,6 +30,53 @@ pub const LONG_RUNNING: &[&str] = &["/socialgraph.projection.v1.ProjectionServic
 
 pub(crate) use socialgraph_domain::now_ms;
 
+/// projection-svc's parts over an open database: the read side and the consumer's batch
+/// handler. Built once by [`build`], for [`run`] and for the embedded mode alike.
+pub struct Parts {
+    /// Follower-side reads, status and rebuilds.
+    pub projection: Arc<service::Projection>,
+    /// The effectively-once applier of relation events.
+    pub projector: Arc<apply::Projector>,
+}
+
+impl Parts {
+    /// ProjectionService's routes; Rebuild needs `Bearer <admin_token>` (unset refuses it).
+    pub fn routes(&self, admin_token: Option<secrecy::SecretString>) -> tonic::service::Routes {
+        tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(Arc::clone(&self.projection), admin_token)))
+    }
+}
+
+/// Builds projection-svc's [`Parts`] from `config` (consumer name, topic, page-token key,
+/// relation-svc's admin token) over `db`, reading the source through `relation` for rebuilds and
+/// reporting consumer progress into `progress`. Registers `sg_projection_applied_total` and
+/// `sg_projection_skipped_total` in `registry`.
+///
+/// # Errors
+/// A metric of the same name is already registered.
+pub fn build(
+    db: sea_orm::DatabaseConnection,
+    config: &Config,
+    relation: RelationServiceClient<tonic::transport::Channel>,
+    progress: Progress,
+    registry: &Registry,
+) -> anyhow::Result<Parts> {
+    let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
+    let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
+    registry.register(Box::new(applied.clone()))?;
+    registry.register(Box::new(skipped.clone()))?;
+    let projection = Arc::new(service::Projection {
+        db: db.clone(),
+        token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
+        consumer: config.database.consumer_name.clone(),
+        topic: config.kafka.relation_topic.clone(),
+        progress,
+        relation: relation.max_decoding_message_size(64 * 1024 * 1024),
+        relation_token: config.relation.admin_token.clone(),
+    });
+    let projector = Arc::new(apply::Projector { db, consumer: config.database.consumer_name.clone(), applied, skipped });
+    Ok(Parts { projection, projector })
+}
+
 /// Runs projection-svc on `grpc` and `admin` until `shutdown` fires: drains RPCs, then stops
 /// the consumers at a batch boundary (their offsets are already stored with each batch).
 ///
@@ -42,31 +89,17 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     }
     let registry = Registry::new();
-    let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
-    let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
     let lag = IntGaugeVec::new(Opts::new("sg_projection_lag_records", "Records not yet applied, per partition"), &["partition"])?;
-    registry.register(Box::new(applied.clone()))?;
-    registry.register(Box::new(skipped.clone()))?;
     registry.register(Box::new(lag.clone()))?;
-
     let progress: Progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
-    let projection = Arc::new(service::Projection {
-        db: db.clone(),
-        token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
-        consumer: config.database.consumer_name.clone(),
-        topic: config.kafka.relation_topic.clone(),
-        progress: progress.clone(),
-        relation: RelationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
-        relation_token: config.relation.admin_token.clone(),
-    });
-    let projector = Arc::new(apply::Projector { db: db.clone(), consumer: config.database.consumer_name.clone(), applied, skipped });
+    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), &registry)?;
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
-    let consumers = tokio::spawn(consume(config.clone(), projector, progress.clone(), lag, readiness.clone(), loops.clone()));
+    let consumers = tokio::spawn(consume(config.clone(), Arc::clone(&parts.projector), progress.clone(), lag, readiness.clone(), loops.clone()));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(projection, config.auth.admin_token.clone())));
+    let routes = parts.routes(config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;

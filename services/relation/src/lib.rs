@@ -37,6 +37,34 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Builds relation-svc's service over `db` and, for the follow rate limit, `redis` (`None`: no
+/// rate limit, as in the embedded mode); `wake` is notified after every commit that wrote
+/// outbox rows. Registers `sg_rate_limit_bypassed_total` in `registry`. Used by [`run`] and by
+/// the embedded mode.
+///
+/// # Errors
+/// A metric of the same name is already registered.
+pub fn build(
+    db: sea_orm::DatabaseConnection,
+    redis: Option<socialgraph_cache::Pool>,
+    config: &Config,
+    wake: Arc<Notify>,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<Arc<service::Relations>> {
+    let bypassed =
+        prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
+    registry.register(Box::new(bypassed.clone()))?;
+    Ok(Arc::new(service::Relations::new(db, redis, config.clone(), wake, bypassed)))
+}
+
+/// RelationService's routes (messages up to 16 MiB for ImportFollows); the admin RPCs need
+/// `Bearer <admin_token>` (unset refuses them).
+pub fn routes(relations: Arc<service::Relations>, admin_token: Option<secrecy::SecretString>) -> tonic::service::Routes {
+    tonic::service::Routes::new(
+        RelationServiceServer::new(grpc::RelationGrpc::new(relations, admin_token)).max_decoding_message_size(16 * 1024 * 1024),
+    )
+}
+
 /// Runs relation-svc on `grpc` and `admin` until `shutdown` fires, then drains RPCs, stops the
 /// relay at a batch boundary, and returns.
 ///
@@ -52,21 +80,15 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, Duration::from_millis(config.redis.timeout_ms)).context("redis url")?;
     let registry = prometheus::Registry::new();
     let relay_metrics = RelayMetrics::register(&registry)?;
-    let bypassed =
-        prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
-    registry.register(Box::new(bypassed.clone()))?;
-
     let wake = Arc::new(Notify::new());
-    let relations = Arc::new(service::Relations::new(db.clone(), Some(redis), config.clone(), Arc::clone(&wake), bypassed));
+    let relations = build(db.clone(), Some(redis), &config, Arc::clone(&wake), &registry)?;
     let loops = CancellationToken::new();
     let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
 
     let readiness = Readiness::default();
     readiness.set(true);
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = tonic::service::Routes::new(
-        RelationServiceServer::new(grpc::RelationGrpc::new(relations, config.auth.admin_token.clone())).max_decoding_message_size(16 * 1024 * 1024),
-    );
+    let routes = routes(relations, config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     if let Some(relay) = relay {
