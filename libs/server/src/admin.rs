@@ -41,5 +41,9 @@ pub async fn serve_admin(listener: TcpListener, registry: Registry, readiness: R
         .route("/ready", get(ready))
         .route("/live", get(|| async { StatusCode::OK }))
         .with_state(AdminState { registry, readiness });
+    // TCP_NODELAY on every accepted connection, as on the gRPC port (see `nodelay` there).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
 }
