@@ -2,6 +2,10 @@
 //! unchanged on PostgreSQL, MySQL/MariaDB and SQLite. Run them with [`Migrator::up`] (the
 //! services do so at start when `database.migrate_on_start` is set, and `relation-svc migrate`
 //! runs them on their own).
+//!
+//! The embedded mode (`socialgraph dev`, one SQLite file) runs [`EmbeddedMigrator`] instead:
+//! the same migrations followed by those of its own tables, which the distributed databases
+//! never get.
 
 pub use sea_orm_migration::prelude::*;
 
@@ -10,6 +14,10 @@ mod m20261130_000002_create_follower;
 mod m20261130_000003_create_outbox;
 mod m20261130_000004_create_consumer_offset;
 mod m20261130_000005_create_edge_count;
+mod m20261201_000001_create_user_counter;
+mod m20261201_000002_create_action_fact;
+mod m20261201_000003_create_entity_counter;
+mod m20261201_000004_create_following_followee_index;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -24,6 +32,29 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_create_consumer_offset::Migration),
             Box::new(m20261130_000005_create_edge_count::Migration),
         ]
+    }
+}
+
+/// The ordered list of the embedded mode's migrations: every [`Migrator`] migration, in order,
+/// followed by the embedded mode's own tables (`user_counter`, `action_fact`,
+/// `entity_counter`: its counters in SQL beside the facts) and its index of `following` by
+/// followee. Run it only on the embedded mode's SQLite file: the distributed PostgreSQL and
+/// MySQL/MariaDB databases run [`Migrator`] and must not get these tables. Its creates are `IF
+/// NOT EXISTS`, so a file whose tables an older version made without recording migrations
+/// takes them as done.
+pub struct EmbeddedMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for EmbeddedMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut all = Migrator::migrations();
+        all.extend([
+            Box::new(m20261201_000001_create_user_counter::Migration) as Box<dyn MigrationTrait>,
+            Box::new(m20261201_000002_create_action_fact::Migration),
+            Box::new(m20261201_000003_create_entity_counter::Migration),
+            Box::new(m20261201_000004_create_following_followee_index::Migration),
+        ]);
+        all
     }
 }
 

@@ -6,7 +6,7 @@ mod ids;
 mod page;
 
 pub use ids::{Edge, EdgeState, MAX_ENTITY_TYPE_LEN, UserId, Violation, valid_entity_type, validate_batch, validate_user_id};
-pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, PageToken, PageTokenError, PageTokenKey, page_size};
+pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, Page, PageToken, PageTokenError, PageTokenKey, page_size};
 
 /// Most ids accepted by one batch RPC (DESIGN.md §4).
 pub const MAX_BATCH: usize = 1000;

@@ -66,6 +66,15 @@ pub struct ListEntry {
     pub followed_at_ms: i64,
 }
 
+/// One page of a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The entries of the page, in list order (newest follow first).
+    pub entries: Vec<ListEntry>,
+    /// Token of the next page; empty on the last page.
+    pub next_page_token: String,
+}
+
 /// A decoded page token: the list it belongs to and where the next page starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageToken {
@@ -159,17 +168,17 @@ impl PageTokenKey {
         Ok(Some(Cursor { followed_at_ms: int(2), peer_id: int(3) }))
     }
 
-    /// Cuts `entries` (fetched with one entry more than `size`) to a page, and returns the
-    /// token of the next page: empty when there was no extra entry.
-    pub fn finish(&self, mut entries: Vec<ListEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> (Vec<ListEntry>, String) {
+    /// Cuts `entries` (fetched with one entry more than `size`) to a page, with the token of
+    /// the next page: empty when there was no extra entry.
+    pub fn finish(&self, mut entries: Vec<ListEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> Page {
         if entries.len() <= size || size == 0 {
-            return (entries, String::new());
+            return Page { entries, next_page_token: String::new() };
         }
         entries.truncate(size);
         let last = entries[size - 1];
         let cursor = Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id };
-        let token = self.encode(&PageToken { kind, a, b, cursor });
-        (entries, token)
+        let next_page_token = self.encode(&PageToken { kind, a, b, cursor });
+        Page { entries, next_page_token }
     }
 }
 

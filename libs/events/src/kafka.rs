@@ -78,6 +78,16 @@ pub struct Producer {
     partitions: Mutex<HashMap<(String, i32), Arc<PartitionClient>>>,
 }
 
+/// What [`Producer::produce`] did with a batch of records.
+#[derive(Debug)]
+pub struct Produced {
+    /// For each input record, in input order: whether the broker acknowledged it.
+    pub acked: Vec<bool>,
+    /// An error met, if any: when several partitions failed, the last of them in (topic,
+    /// partition) order. Records of other partitions may still be acknowledged.
+    pub error: Option<KafkaError>,
+}
+
 /// A record to produce.
 #[derive(Debug, Clone)]
 pub struct KeyedRecord {
@@ -139,15 +149,15 @@ impl Producer {
         Ok(c)
     }
 
-    /// Produces `records` (grouped by partition, order kept within each); returns for each
-    /// input whether the broker acknowledged it, and the first error.
-    pub async fn produce(&self, records: Vec<KeyedRecord>) -> (Vec<bool>, Option<KafkaError>) {
+    /// Produces `records` (grouped by partition, order kept within each); returns which the
+    /// broker acknowledged, and an error if any partition failed.
+    pub async fn produce(&self, records: Vec<KeyedRecord>) -> Produced {
         let mut acked = vec![false; records.len()];
         let mut groups: BTreeMap<(String, i32), Vec<(usize, Record)>> = BTreeMap::new();
         for (i, r) in records.into_iter().enumerate() {
             let n = match self.topic_partitions(&r.topic).await {
                 Ok(n) => n,
-                Err(e) => return (acked, Some(e)),
+                Err(e) => return Produced { acked, error: Some(e) },
             };
             let p = crate::kafka_partition(&r.key, n);
             let record = Record {
@@ -174,7 +184,7 @@ impl Producer {
                 Err(e) => error = Some(e),
             }
         }
-        (acked, error)
+        Produced { acked, error }
     }
 }
 
@@ -208,7 +218,7 @@ impl EventSink for KafkaSink {
                 timestamp_ms: r.row.created_at_ms,
             })
             .collect();
-        let (acked, error) = self.producer.produce(records).await;
+        let Produced { acked, error } = self.producer.produce(records).await;
         PublishOutcome { acked: rows.iter().zip(acked).filter(|(_, a)| *a).map(|(r, _)| r.id).collect(), error }
     }
 

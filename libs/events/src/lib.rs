@@ -7,7 +7,7 @@ pub mod kafka;
 pub mod partition;
 pub mod relay;
 
-pub use kafka::{KafkaError, KafkaSink, KeyedRecord, Producer};
+pub use kafka::{KafkaError, KafkaSink, KeyedRecord, Produced, Producer};
 pub use partition::{kafka_partition, user_key};
 pub use relay::{EventSink, PublishOutcome, RelayConfig, RelayMetrics, run_relay};
 

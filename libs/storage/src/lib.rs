@@ -53,6 +53,42 @@ pub fn is_retryable(err: &DbErr) -> bool {
     ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy"].iter().any(|needle| text.contains(needle))
 }
 
+/// An error that ends one attempt of a transaction, saying whether a new attempt can cure it.
+pub trait RetryableError {
+    /// True when a retry of the whole transaction can succeed.
+    fn is_retryable(&self) -> bool;
+}
+
+impl RetryableError for DbErr {
+    /// [`is_retryable`].
+    fn is_retryable(&self) -> bool {
+        is_retryable(self)
+    }
+}
+
+/// Runs `attempt`, one whole transaction (begin, body, commit; a failed attempt rolls back),
+/// again after a short jittered, growing pause (2 ms, doubling, at most 100 ms) for as long as
+/// it fails with an error a retry can cure ([`RetryableError`]: a lost race, a deadlock, a busy
+/// database), at most `max_retries` times after the first attempt. Returns the value of the
+/// first attempt that succeeds.
+///
+/// # Errors
+/// The first error no retry can cure, or the error of the last attempt.
+pub async fn retry_tx<T, E, F, Fut>(max_retries: usize, attempt: F) -> Result<T, E>
+where
+    E: RetryableError,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(2))
+        .with_max_delay(std::time::Duration::from_millis(100))
+        .with_jitter()
+        .with_max_times(max_retries);
+    attempt.retry(backoff).when(E::is_retryable).await
+}
+
 /// True for errors of the connection rather than of the statement: the pool could not give a
 /// connection, or the server closed, reset or terminated it mid-request (PostgreSQL's
 /// `terminating connection due to administrator command`, MySQL's "server has gone away" and
@@ -97,5 +133,40 @@ mod tests {
         let syntax = DbErr::Exec(sea_orm::RuntimeErr::Internal("syntax error at or near \"SELEC\"".into()));
         assert!(!is_unavailable(&syntax));
         assert!(is_retryable(&DbErr::Exec(sea_orm::RuntimeErr::Internal("deadlock detected".into()))));
+    }
+
+    fn busy() -> DbErr {
+        DbErr::Exec(sea_orm::RuntimeErr::Internal("database is locked".into()))
+    }
+
+    #[tokio::test]
+    async fn a_transaction_is_retried_while_the_database_is_busy_and_at_most_max_retries_times() {
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
+        let third_succeeds = retry_tx(5, || async {
+            let n = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if n < 3 { Err(busy()) } else { Ok(n) }
+        });
+        assert_eq!(third_succeeds.await.ok(), Some(3));
+
+        attempts.store(0, std::sync::atomic::Ordering::Relaxed);
+        let always_busy: Result<(), DbErr> = retry_tx(4, || async {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(busy())
+        })
+        .await;
+        assert!(always_busy.is_err());
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::Relaxed), 5, "the first attempt and 4 retries");
+    }
+
+    #[tokio::test]
+    async fn an_error_no_retry_can_cure_ends_the_transaction_at_once() {
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
+        let result: Result<(), DbErr> = retry_tx(10, || async {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(DbErr::Exec(sea_orm::RuntimeErr::Internal("syntax error".into())))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

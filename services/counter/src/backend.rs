@@ -9,7 +9,7 @@ use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
 use socialgraph_server::ApiResult;
 
-use crate::entities::Entities;
+use crate::entities::{Entities, Toggled};
 use crate::users::Counters;
 
 /// A counter store behind CounterService. Every input is already validated (ids > 0, batch
@@ -20,9 +20,9 @@ pub trait CounterBackend: Send + Sync + 'static {
     async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>>;
     /// Recomputes one user's counters from the facts and returns them.
     async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds>;
-    /// Sets (`wanted`) or clears `actor_id`'s `metric` on `entity`: (changed, active).
+    /// Sets (`wanted`) or clears `actor_id`'s `metric` on `entity`.
     /// Repeats are no-ops (changed = false); a change emits one ActionEvent.
-    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)>;
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<Toggled>;
     /// The `wanted` metrics of each entity, in request order.
     async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>>;
     /// Whether `actor_id` liked / favourited each entity, in request order.
@@ -49,7 +49,7 @@ impl CounterBackend for RedisCounters {
         self.counters.rebuild(user_id).await
     }
 
-    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<Toggled> {
         self.entities.toggle(actor_id, entity, owner_id, metric, wanted).await
     }
 

@@ -35,6 +35,15 @@ pub struct Entities {
     pub relay_wake: Arc<Notify>,
 }
 
+/// The answer of a toggle (Like, Unlike, Fav, Unfav).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Toggled {
+    /// The fact changed and one ActionEvent was emitted; false for a repeat.
+    pub changed: bool,
+    /// Whether the actor's metric is set on the entity after the call.
+    pub active: bool,
+}
+
 /// The ActionEvent of one toggle that changed a fact, and its record headers (W3C trace
 /// context of the current span, `event-type`, `schema`). `event_id` is `etype:eid:sequence`.
 pub fn action_event(
@@ -57,11 +66,7 @@ pub fn action_event(
         sequence,
         occurred_at: Some(socialgraph_domain::timestamp_from_ms(now_ms)),
     };
-    let mut headers = BTreeMap::new();
-    socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
-    headers.insert(socialgraph_events::headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.ActionEvent".to_owned());
-    headers.insert(socialgraph_events::headers::SCHEMA.to_owned(), "v1".to_owned());
-    (event, headers)
+    (event, socialgraph_events::headers::event_headers("socialgraph.events.v1.ActionEvent"))
 }
 
 /// Validates an entity reference, naming fields under `path` (e.g. `entity`, `entities[3]`).
@@ -179,7 +184,7 @@ impl Entities {
         self.store.keys.entity(&e.entity_type, e.entity_id)
     }
 
-    /// Sets (`wanted`) or clears the actor's `metric` on the entity; returns (changed, active).
+    /// Sets (`wanted`) or clears the actor's `metric` on the entity.
     /// A change moves the entity's count and appends its ActionEvent to the entity's outbox in
     /// the same script, so the answer comes once the fact is stored, whether or not the broker
     /// is up; the relay publishes the event ([`crate::outbox`]).
@@ -188,7 +193,7 @@ impl Entities {
     ///
     /// # Errors
     /// UNAVAILABLE when Redis is down.
-    pub async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+    pub async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<Toggled> {
         let k = self.keys(entity);
         let name = metric_name(metric);
         let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
@@ -218,7 +223,7 @@ impl Entities {
         if changed == 1 {
             self.relay_wake.notify_one();
         }
-        Ok((changed == 1, wanted))
+        Ok(Toggled { changed: changed == 1, active: wanted })
     }
 
     /// The `wanted` counts of each entity, in request order, in one round trip; missing or

@@ -12,7 +12,7 @@ use socialgraph_proto::events::v1::Metric;
 use tonic::{Request, Response, Status};
 
 use crate::backend::CounterBackend;
-use crate::entities::{FAV, LIKE, validate_counts, validate_entity_ref, validate_states, validate_toggle};
+use crate::entities::{FAV, LIKE, Toggled, validate_counts, validate_entity_ref, validate_states, validate_toggle};
 
 /// The tonic implementation of `socialgraph.counter.v1.CounterService` over backend `B`.
 pub struct CounterGrpc<B> {
@@ -31,14 +31,7 @@ impl<B: CounterBackend> CounterGrpc<B> {
         Ok(socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())?)
     }
 
-    async fn toggle(
-        &self,
-        actor_id: i64,
-        entity: Option<&pb::EntityRef>,
-        owner_id: i64,
-        metric: Metric,
-        wanted: bool,
-    ) -> Result<(bool, bool), Status> {
+    async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> Result<Toggled, Status> {
         let entity = validate_toggle(actor_id, entity, owner_id)?;
         Ok(self.backend.toggle(actor_id, entity, owner_id, metric, wanted).await?)
     }
@@ -78,25 +71,25 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
 
     async fn like(&self, req: Request<pb::LikeRequest>) -> Result<Response<pb::LikeResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, true).await?;
+        let Toggled { changed, active } = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, true).await?;
         Ok(Response::new(pb::LikeResponse { changed, active }))
     }
 
     async fn unlike(&self, req: Request<pb::UnlikeRequest>) -> Result<Response<pb::UnlikeResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, false).await?;
+        let Toggled { changed, active } = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, LIKE, false).await?;
         Ok(Response::new(pb::UnlikeResponse { changed, active }))
     }
 
     async fn fav(&self, req: Request<pb::FavRequest>) -> Result<Response<pb::FavResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, true).await?;
+        let Toggled { changed, active } = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, true).await?;
         Ok(Response::new(pb::FavResponse { changed, active }))
     }
 
     async fn unfav(&self, req: Request<pb::UnfavRequest>) -> Result<Response<pb::UnfavResponse>, Status> {
         let r = req.into_inner();
-        let (changed, active) = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, false).await?;
+        let Toggled { changed, active } = self.toggle(r.actor_id, r.entity.as_ref(), r.owner_id, FAV, false).await?;
         Ok(Response::new(pb::UnfavResponse { changed, active }))
     }
 

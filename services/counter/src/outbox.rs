@@ -146,7 +146,7 @@ impl Relay {
             for r in &records {
                 socialgraph_telemetry::link_from_headers(&span, &r.headers);
             }
-            if let (_, Some(e)) = producer.produce(records).instrument(span).await {
+            if let Some(e) = producer.produce(records).instrument(span).await.error {
                 return Err(Box::new(e));
             }
             self.published.inc_by(n as u64);

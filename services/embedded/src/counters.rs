@@ -22,7 +22,7 @@ use rskafka::record::RecordAndOffset;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use socialgraph_cache::counters::{FIELDS, Sds, field};
 use socialgraph_counter::backend::CounterBackend;
-use socialgraph_counter::entities::{FAV, LIKE, action_event, entity_counts};
+use socialgraph_counter::entities::{FAV, LIKE, Toggled, action_event, entity_counts};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
@@ -32,32 +32,10 @@ use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
 use tokio::sync::Notify;
 
-/// Attempts of a transaction that met a busy database.
-const MAX_ATTEMPTS: usize = 50;
+/// Retries of a transaction that met a busy database.
+const MAX_RETRIES: usize = 50;
 /// Ids per `IN (…)` list.
 const CHUNK: usize = 500;
-
-/// Creates the counter tables when missing (idempotent; run at every start).
-///
-/// # Errors
-/// Database errors.
-pub async fn ensure_schema(db: &DatabaseConnection) -> Result<(), DbErr> {
-    for sql in [
-        "CREATE TABLE IF NOT EXISTS user_counter (user_id INTEGER PRIMARY KEY, followings INTEGER NOT NULL DEFAULT 0, \
-         followers INTEGER NOT NULL DEFAULT 0, posts INTEGER NOT NULL DEFAULT 0, likes_received INTEGER NOT NULL DEFAULT 0, \
-         favs_received INTEGER NOT NULL DEFAULT 0, guard_offset INTEGER NOT NULL DEFAULT -1)",
-        "CREATE TABLE IF NOT EXISTS action_fact (entity_type TEXT NOT NULL, entity_id INTEGER NOT NULL, metric INTEGER NOT NULL, \
-         actor_id INTEGER NOT NULL, owner_id INTEGER NOT NULL, PRIMARY KEY (entity_type, entity_id, metric, actor_id))",
-        "CREATE INDEX IF NOT EXISTS action_fact_owner ON action_fact (owner_id, metric)",
-        "CREATE INDEX IF NOT EXISTS following_followee ON following (followee_id, state)",
-        "CREATE TABLE IF NOT EXISTS entity_counter (entity_type TEXT NOT NULL, entity_id INTEGER NOT NULL, \
-         likes INTEGER NOT NULL DEFAULT 0, favs INTEGER NOT NULL DEFAULT 0, seq INTEGER NOT NULL DEFAULT 0, \
-         PRIMARY KEY (entity_type, entity_id))",
-    ] {
-        db.execute_unprepared(sql).await?;
-    }
-    Ok(())
-}
 
 fn stmt(sql: &str, values: Vec<Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
@@ -68,28 +46,21 @@ fn placeholders(n: usize) -> String {
 }
 
 /// Runs `body` in a transaction, retrying it while SQLite reports a busy database.
-async fn in_tx<T, F>(db: &DatabaseConnection, mut body: F) -> Result<T, DbErr>
+async fn in_tx<T, F>(db: &DatabaseConnection, body: F) -> Result<T, DbErr>
 where
-    F: for<'t> FnMut(&'t DatabaseTransaction) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, DbErr>> + Send + 't>>,
+    F: for<'t> Fn(&'t DatabaseTransaction) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, DbErr>> + Send + 't>>,
 {
-    let mut attempt = 0;
-    loop {
+    socialgraph_storage::retry_tx(MAX_RETRIES, || async {
         let txn = socialgraph_storage::begin_write(db).await?;
-        let result = match body(&txn).await {
+        match body(&txn).await {
             Ok(v) => txn.commit().await.map(|()| v),
             Err(e) => {
                 let _ = txn.rollback().await;
                 Err(e)
             }
-        };
-        match result {
-            Err(e) if socialgraph_storage::is_retryable(&e) && attempt < MAX_ATTEMPTS => {
-                attempt += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(2 * attempt as u64)).await;
-            }
-            other => return other,
         }
-    }
+    })
+    .await
 }
 
 /// The newest outbox id (the log position the facts reflect inside a write transaction);
@@ -184,7 +155,7 @@ impl CounterBackend for SqlCounters {
         self.rebuild(user_id).await.map_err(db_error)
     }
 
-    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<(bool, bool)> {
+    async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<Toggled> {
         let topic = self.counter_topic.clone();
         let changed = in_tx(&self.db, |txn| {
             let (entity, topic) = (entity.clone(), topic.clone());
@@ -245,7 +216,7 @@ impl CounterBackend for SqlCounters {
         if changed {
             self.wake.notify_one();
         }
-        Ok((changed, wanted))
+        Ok(Toggled { changed, active: wanted })
     }
 
     async fn entity_counts(&self, entities: &[pb::EntityRef], wanted: &[Metric]) -> ApiResult<Vec<pb::EntityCounts>> {

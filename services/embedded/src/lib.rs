@@ -21,10 +21,7 @@ use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
 use secrecy::SecretString;
 use socialgraph_events::consumer::Progress;
-use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer;
-use socialgraph_proto::projection::v1::projection_service_server::ProjectionServiceServer;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
-use socialgraph_proto::relation::v1::relation_service_server::RelationServiceServer;
 use socialgraph_server::{Readiness, ServerSettings};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -105,6 +102,17 @@ impl Listeners {
 
 pub(crate) use socialgraph_domain::now_ms;
 
+/// projection-svc's configuration inside the embedded mode: its consumer name, the log's
+/// relation topic, the shared page-token key and admin token.
+fn projection_config(config: &DevConfig, relation_topic: &str) -> socialgraph_projection::Config {
+    let mut c = socialgraph_projection::Config::default();
+    c.database.consumer_name = PROJECTION_CONSUMER.into();
+    c.kafka.relation_topic = relation_topic.to_owned();
+    c.auth.page_token_secret = config.page_token_secret.clone();
+    c.relation.admin_token = Some(config.admin_token.clone());
+    c
+}
+
 /// Runs the three services on `listeners` against `config.data` until `shutdown` fires.
 ///
 /// # Errors
@@ -115,8 +123,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     // Write-ahead logging: readers (a long ScanEdges, list pages) never block the writer.
     // The mode is stored in the file, so this holds for every later connection.
     sea_orm::ConnectionTrait::execute_unprepared(&db, "PRAGMA journal_mode=WAL").await.context("enabling WAL")?;
-    socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
-    counters::ensure_schema(&db).await.context("creating the counter tables")?;
+    socialgraph_migrations::EmbeddedMigrator::up(&db, None).await.context("running migrations")?;
 
     let relation_addr = listeners.relation.local_addr()?;
     let mut relation_config = socialgraph_relation::Config::default();
@@ -127,11 +134,6 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let counter_topic = socialgraph_events::COUNTER_TOPIC.to_owned();
 
     let registry = prometheus::Registry::new();
-    let bypassed = prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check")?;
-    let applied = prometheus::IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
-    let skipped = prometheus::IntCounterVec::new(prometheus::Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
-    registry.register(Box::new(applied.clone()))?;
-    registry.register(Box::new(skipped.clone()))?;
 
     // Commits of the relation service wake both log readers.
     let relation_wake = Arc::new(Notify::new());
@@ -145,20 +147,13 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
             }
         })
     };
-    let relations = Arc::new(socialgraph_relation::service::Relations::new(db.clone(), None, relation_config, relation_wake, bypassed));
+    let relations = socialgraph_relation::build(db.clone(), None, &relation_config, relation_wake, &registry)?;
 
     let progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
-    let projection = Arc::new(socialgraph_projection::service::Projection {
-        db: db.clone(),
-        token_key: socialgraph_server::paging::page_token_key(config.page_token_secret.as_ref()),
-        consumer: PROJECTION_CONSUMER.into(),
-        topic: relation_topic.clone(),
-        progress: progress.clone(),
-        relation: RelationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
-        relation_token: Some(config.admin_token.clone()),
-    });
-    let projector = Arc::new(socialgraph_projection::apply::Projector { db: db.clone(), consumer: PROJECTION_CONSUMER.into(), applied, skipped });
+    let projection_config = projection_config(&config, &relation_topic);
+    let projection = socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), &registry)?;
+    let projector = Arc::clone(&projection.projector);
     let projection_loop = tokio::spawn(log::consume(
         db.clone(),
         relation_topic.clone(),
@@ -182,46 +177,16 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     readiness.set(true);
     let admin = tokio::spawn(socialgraph_server::serve_admin(listeners.admin, registry, readiness.clone(), loops.clone()));
     let settings = ServerSettings::with_ports(0, 0);
-    let relation_routes = tonic::service::Routes::new(
-        RelationServiceServer::new(socialgraph_relation::grpc::RelationGrpc::new(relations, Some(config.admin_token.clone())))
-            .max_decoding_message_size(16 * 1024 * 1024),
-    );
-    let projection_routes = tonic::service::Routes::new(ProjectionServiceServer::new(socialgraph_projection::grpc::ProjectionGrpc::new(
-        projection,
-        Some(config.admin_token.clone()),
-    )));
-    let counter_routes = tonic::service::Routes::new(CounterServiceServer::new(socialgraph_counter::grpc::CounterGrpc::new(
-        backend,
-        Some(config.admin_token.clone()),
-    )));
+    let relation_routes = socialgraph_relation::routes(relations, Some(config.admin_token.clone()));
+    let projection_routes = projection.routes(Some(config.admin_token.clone()));
+    let counter_routes = socialgraph_counter::routes(backend, Some(config.admin_token.clone()));
+    let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
+        socialgraph_server::serve_grpc(routes, names, long_running, listener, &settings, readiness.clone(), shutdown.clone())
+    };
     let (r, p, c) = tokio::join!(
-        socialgraph_server::serve_grpc(
-            relation_routes,
-            &[socialgraph_relation::SERVICE_NAME],
-            socialgraph_relation::LONG_RUNNING,
-            listeners.relation,
-            &settings,
-            readiness.clone(),
-            shutdown.clone(),
-        ),
-        socialgraph_server::serve_grpc(
-            projection_routes,
-            &[socialgraph_projection::SERVICE_NAME],
-            socialgraph_projection::LONG_RUNNING,
-            listeners.projection,
-            &settings,
-            readiness.clone(),
-            shutdown.clone(),
-        ),
-        socialgraph_server::serve_grpc(
-            counter_routes,
-            &[socialgraph_counter::SERVICE_NAME],
-            &[],
-            listeners.counter,
-            &settings,
-            readiness.clone(),
-            shutdown.clone()
-        ),
+        serve(relation_routes, &[socialgraph_relation::SERVICE_NAME], socialgraph_relation::LONG_RUNNING, listeners.relation),
+        serve(projection_routes, &[socialgraph_projection::SERVICE_NAME], socialgraph_projection::LONG_RUNNING, listeners.projection),
+        serve(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter),
     );
     loops.cancel();
     let _ = tokio::join!(projection_loop, counter_loop, admin, forward);

@@ -17,8 +17,8 @@ use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use tracing::Instrument;
 
-/// Attempts of one batch transaction that lost a race with a rebuild.
-const MAX_ATTEMPTS: usize = 10;
+/// Retries of one batch transaction that lost a race with a rebuild.
+const MAX_RETRIES: usize = 10;
 
 /// The projection's [`BatchHandler`].
 pub struct Projector {
@@ -108,17 +108,9 @@ impl BatchHandler for Projector {
         let newest = self.newest(records, &span);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
-        let mut attempt = 0;
-        loop {
-            match self.apply_once(topic, &newest, position).instrument(span.clone()).await {
-                Ok(changed) => {
-                    self.applied.inc_by(changed);
-                    return Ok(());
-                }
-                Err(e) if socialgraph_storage::is_retryable(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(Box::new(e)),
-            }
-        }
+        let changed = socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position).instrument(span.clone())).await?;
+        self.applied.inc_by(changed);
+        Ok(())
     }
 }
 

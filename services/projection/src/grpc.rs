@@ -32,10 +32,13 @@ fn rebuild_response(c: RebuildCounts) -> pb::RebuildResponse {
 impl ProjectionService for ProjectionGrpc {
     async fn list_followers(&self, req: Request<pb::ListFollowersRequest>) -> Result<Response<pb::ListFollowersResponse>, Status> {
         let r = req.into_inner();
-        let (entries, next_page_token) = self.projection.list_followers(r.user_id, r.page_size, &r.page_token).await?;
-        let followers =
-            entries.into_iter().map(|e| pb::FollowerEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect();
-        Ok(Response::new(pb::ListFollowersResponse { followers, next_page_token }))
+        let page = self.projection.list_followers(r.user_id, r.page_size, &r.page_token).await?;
+        let followers = page
+            .entries
+            .into_iter()
+            .map(|e| pb::FollowerEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) })
+            .collect();
+        Ok(Response::new(pb::ListFollowersResponse { followers, next_page_token: page.next_page_token }))
     }
 
     async fn batch_check_followers(&self, req: Request<pb::BatchCheckFollowersRequest>) -> Result<Response<pb::BatchCheckFollowersResponse>, Status> {
@@ -68,12 +71,14 @@ impl ProjectionService for ProjectionGrpc {
     async fn batch_get_edge_counts(&self, req: Request<pb::BatchGetEdgeCountsRequest>) -> Result<Response<pb::BatchGetEdgeCountsResponse>, Status> {
         let ids = req.into_inner().user_ids;
         socialgraph_domain::validate_batch("user_ids", &ids).map_err(ApiError::from)?;
-        let (counts, offsets) = self.projection.batch_edge_counts(&ids).await?;
-        let counts = counts
+        let batch = self.projection.batch_edge_counts(&ids).await?;
+        let counts = batch
+            .counts
             .into_iter()
             .map(|c| pb::UserEdgeCounts { user_id: c.user_id, followings: c.followings, followers: c.followers, version: c.version })
             .collect();
-        let offsets = offsets
+        let offsets = batch
+            .offsets
             .iter()
             .map(|o| pb::PartitionOffset { topic: self.projection.topic.clone(), partition: o.partition, next_offset: o.next_offset })
             .collect();

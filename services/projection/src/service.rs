@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 
 use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use secrecy::{ExposeSecret, SecretString};
-use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, validate_user_id};
+use socialgraph_domain::{Edge, EdgeState, ListKind, Page, PageTokenKey, validate_user_id};
 use socialgraph_events::consumer::Progress;
 use socialgraph_proto::relation::v1 as rpb;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
@@ -12,7 +12,7 @@ use socialgraph_server::db_error;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::counts::{CountDelta, EdgeCount};
-use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry, ScanFilter};
+use socialgraph_storage::edges::{self, Col, EdgeTable, ScanFilter};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use tonic::transport::Channel;
 
@@ -47,6 +47,16 @@ pub struct EdgeCounts {
     pub offsets: Vec<StoredOffset>,
 }
 
+/// The edge counts of a batch of users with the offsets they reflect.
+#[derive(Debug, Clone)]
+pub struct BatchEdgeCounts {
+    /// One `edge_count` row per requested user, in request order (zeros and version 0 for a
+    /// user without one).
+    pub counts: Vec<EdgeCount>,
+    /// Stored offsets, read in the same snapshot.
+    pub offsets: Vec<StoredOffset>,
+}
+
 /// Counts of a rebuild.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RebuildCounts {
@@ -70,7 +80,7 @@ impl Projection {
     ///
     /// # Errors
     /// INVALID_ARGUMENT for a bad id, size or token; UNAVAILABLE.
-    pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<(Vec<ListEntry>, String)> {
+    pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<Page> {
         let req = page_request(&self.token_key, ListKind::Followers, &[("user_id", user_id)], page_size, token)?;
         let rows = edges::list(&self.db, EdgeTable::Follower, user_id, req.after, req.size + 1).await.map_err(db_error)?;
         Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0))
@@ -115,18 +125,17 @@ impl Projection {
     /// INVALID_ARGUMENT for a bad id; UNAVAILABLE.
     pub async fn edge_counts(&self, user_id: i64) -> ApiResult<EdgeCounts> {
         validate_user_id("user_id", user_id)?;
-        let (mut counts, offsets) = self.batch_edge_counts(&[user_id]).await?;
+        let BatchEdgeCounts { mut counts, offsets } = self.batch_edge_counts(&[user_id]).await?;
         let c = counts.pop().unwrap_or_default();
         Ok(EdgeCounts { followings: c.followings, followers: c.followers, version: c.version, offsets })
     }
 
-    /// The `edge_count` rows of `user_ids` (in request order; zeros and version 0 for a user
-    /// without one) and the stored offsets, read in one snapshot. Ids are validated by the
-    /// caller.
+    /// The `edge_count` rows of `user_ids` and the stored offsets, read in one snapshot. Ids
+    /// are validated by the caller.
     ///
     /// # Errors
     /// UNAVAILABLE.
-    pub async fn batch_edge_counts(&self, user_ids: &[i64]) -> ApiResult<(Vec<EdgeCount>, Vec<StoredOffset>)> {
+    pub async fn batch_edge_counts(&self, user_ids: &[i64]) -> ApiResult<BatchEdgeCounts> {
         let read = async {
             let txn = match self.db.get_database_backend() {
                 DbBackend::Sqlite => self.db.begin().await?,
@@ -135,7 +144,7 @@ impl Projection {
             let counts = socialgraph_storage::counts::get_many(&txn, user_ids).await?;
             let offsets = offsets::list(&txn, &self.consumer, &self.topic).await?;
             txn.commit().await?;
-            Ok::<_, DbErr>((counts, offsets))
+            Ok::<_, DbErr>(BatchEdgeCounts { counts, offsets })
         };
         read.await.map_err(db_error)
     }

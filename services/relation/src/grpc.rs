@@ -97,8 +97,8 @@ impl RelationService for RelationGrpc {
 
     async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
         let r = req.into_inner();
-        let (changed, version) = self.relations.unfollow(r.follower_id, r.followee_id).await?;
-        Ok(Response::new(pb::UnfollowResponse { changed, version }))
+        let out = self.relations.unfollow(r.follower_id, r.followee_id).await?;
+        Ok(Response::new(pb::UnfollowResponse { changed: out.changed, version: out.version }))
     }
 
     async fn list_following(&self, req: Request<pb::ListFollowingRequest>) -> Result<Response<pb::ListFollowingResponse>, Status> {

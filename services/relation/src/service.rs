@@ -17,73 +17,35 @@ use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
 use socialgraph_server::db_error;
 use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
-use socialgraph_storage::edges::{self, Col, EdgeTable, ListEntry};
+use socialgraph_storage::edges::{self, Col, EdgeTable};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
 use tokio::sync::Notify;
 
 use crate::config::{Config, OnRedisError};
 
-/// Most attempts of one transaction that lost a race (unique key, deadlock).
-const MAX_TX_ATTEMPTS: usize = 20;
+/// Most retries of one transaction that lost a race (unique key, deadlock).
+const MAX_TX_RETRIES: usize = 20;
 
 /// Runs `$body` (a `Result<T, TxError>` expression using the open transaction `$txn`) and
-/// commits, retrying the whole transaction when it lost a race (unique key, deadlock).
+/// commits, retrying the whole transaction when it lost a race (unique key, deadlock); a
+/// rule's verdict or the last database error ends it as the service's error.
 macro_rules! in_tx {
-    ($svc:expr, $txn:ident => $body:expr) => {{
-        let mut retry = Retry::new();
-        loop {
+    ($svc:expr, $txn:ident => $body:expr) => {
+        socialgraph_storage::retry_tx(MAX_TX_RETRIES, || async {
             // A busy database can refuse BEGIN itself (SQLite's IMMEDIATE): retry like a race.
-            let $txn = match $svc.begin().await {
-                Ok(t) => t,
-                Err(e) => {
-                    retry.after(TxError::Db(e)).await?;
-                    continue;
-                }
-            };
+            let $txn = $svc.begin().await?;
             let result: Result<_, TxError> = $body;
-            let result = match result {
+            match result {
                 Ok(v) => $txn.commit().await.map(|()| v).map_err(TxError::Db),
                 Err(e) => {
                     let _ = $txn.rollback().await;
                     Err(e)
                 }
-            };
-            match result {
-                Ok(v) => break v,
-                Err(e) => retry.after(e).await?,
             }
-        }
-    }};
-}
-
-/// Backoff between attempts of a transaction that lost a race.
-struct Retry(Box<dyn Iterator<Item = std::time::Duration> + Send>);
-
-impl Retry {
-    fn new() -> Self {
-        Self(Box::new(backon::BackoffBuilder::build(
-            backon::ExponentialBuilder::default()
-                .with_min_delay(std::time::Duration::from_millis(2))
-                .with_max_delay(std::time::Duration::from_millis(100))
-                .with_jitter()
-                .with_max_times(MAX_TX_ATTEMPTS),
-        )))
-    }
-
-    /// Sleeps and returns Ok when `e` is worth another attempt; else the caller's error.
-    async fn after(&mut self, e: TxError) -> ApiResult<()> {
-        match e {
-            TxError::Api(e) => Err(e),
-            TxError::Db(e) if socialgraph_storage::is_retryable(&e) => match self.0.next() {
-                Some(d) => {
-                    tokio::time::sleep(d).await;
-                    Ok(())
-                }
-                None => Err(db_error(e)),
-            },
-            TxError::Db(e) => Err(db_error(e)),
-        }
-    }
+        })
+        .await
+        .map_err(TxError::into_api)?
+    };
 }
 
 /// The relation service's state, shared by every RPC.
@@ -109,14 +71,16 @@ pub struct FollowOutcome {
     pub edge: Edge,
 }
 
-/// A page of a list.
-#[derive(Debug, Clone)]
-pub struct Page {
-    /// Entries, newest first.
-    pub entries: Vec<ListEntry>,
-    /// Token of the next page, empty at the end.
-    pub next_page_token: String,
+/// Result of an Unfollow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnfollowOutcome {
+    /// The edge changed and one event was written; false when it was not followed.
+    pub changed: bool,
+    /// The edge's version after the call (0 when the edge never existed).
+    pub version: i64,
 }
+
+pub use socialgraph_domain::Page;
 
 /// Counts of one import.
 #[derive(Debug, Clone, Copy, Default)]
@@ -182,15 +146,11 @@ impl Relations {
             occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
             followed_at: Some(socialgraph_domain::timestamp_from_ms(edge.followed_at_ms)),
         };
-        let mut h = BTreeMap::new();
-        socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut h);
-        h.insert(headers::EVENT_TYPE.to_owned(), "socialgraph.events.v1.RelationEvent".to_owned());
-        h.insert(headers::SCHEMA.to_owned(), "v1".to_owned());
         NewOutboxRow {
             topic: self.config.kafka.relation_topic.clone(),
             partition_key: edge.follower_id,
             payload: event.encode_to_vec(),
-            headers: headers::encode(&h),
+            headers: headers::encode(&headers::event_headers("socialgraph.events.v1.RelationEvent")),
             created_at_ms: now,
         }
     }
@@ -278,28 +238,28 @@ impl Relations {
         Ok(FollowOutcome { changed: true, edge })
     }
 
-    async fn unfollow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<(bool, i64), TxError> {
+    async fn unfollow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<UnfollowOutcome, TxError> {
         let Some(old) = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await? else {
-            return Ok((false, 0));
+            return Ok(UnfollowOutcome { changed: false, version: 0 });
         };
         if old.state != EdgeState::Following {
-            return Ok((false, old.version));
+            return Ok(UnfollowOutcome { changed: false, version: old.version });
         }
         let now = now_ms();
         let edge = Edge { state: EdgeState::NotFollowing, version: old.version + 1, updated_at_ms: now, ..old };
         edges::update(txn, EdgeTable::Following, &edge).await?;
         outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Unfollowed, now)]).await?;
-        Ok((true, edge.version))
+        Ok(UnfollowOutcome { changed: true, version: edge.version })
     }
 
-    /// Makes `follower_id` stop following `followee_id`. Returns (changed, version after).
+    /// Makes `follower_id` stop following `followee_id`.
     ///
     /// # Errors
     /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
-    pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<(bool, i64)> {
+    pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
         validate_pair(follower_id, followee_id)?;
         let outcome = in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await);
-        if outcome.0 {
+        if outcome.changed {
             self.relay_wake.notify_one();
         }
         Ok(outcome)
@@ -322,8 +282,7 @@ impl Relations {
             _ => edges::list(&self.db, EdgeTable::Following, a, req.after, req.size + 1).await,
         }
         .map_err(db_error)?;
-        let (entries, next_page_token) = self.token_key.finish(rows, req.size, kind, a, b);
-        Ok(Page { entries, next_page_token })
+        Ok(self.token_key.finish(rows, req.size, kind, a, b))
     }
 
     /// Both directions between `user_id` and each of `others`, in request order:
@@ -427,6 +386,22 @@ pub(crate) enum TxError {
 impl From<DbErr> for TxError {
     fn from(e: DbErr) -> Self {
         Self::Db(e)
+    }
+}
+
+impl socialgraph_storage::RetryableError for TxError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, Self::Db(e) if socialgraph_storage::is_retryable(e))
+    }
+}
+
+impl TxError {
+    /// The service's answer: a rule's verdict as is, a database error through [`db_error`].
+    fn into_api(self) -> ApiError {
+        match self {
+            Self::Api(e) => e,
+            Self::Db(e) => db_error(e),
+        }
     }
 }
 
