@@ -12,7 +12,8 @@ use socialgraph_storage::edges::{ListEntry, ScanFilter};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::service::{ImportCounts, ImportEdge, Relations, now_ms};
+use crate::import::{ImportCounts, ImportEdge};
+use crate::service::{Relations, now_ms};
 
 /// Most edges in one ImportFollows message.
 const MAX_IMPORT_MESSAGE_EDGES: usize = 10_000;

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod grpc;
+pub mod import;
 pub mod service;
 
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! The rules of relation-svc on domain types: follow/unfollow with their outbox events in one
 //! transaction, the cap and the rate limit, keyset-paged lists and the bulk import.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use prometheus::IntCounter;
@@ -17,6 +16,7 @@ use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
 use socialgraph_server::db_error;
 use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::cas::{self, CasOutcome};
 use socialgraph_storage::edges::{self, Col, EdgeTable};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
 use tokio::sync::Notify;
@@ -24,19 +24,19 @@ use tokio::sync::Notify;
 use crate::config::{Config, OnRedisError};
 
 /// Most retries of one transaction that lost a race (unique key, deadlock).
-const MAX_TX_RETRIES: usize = 20;
+pub(crate) const MAX_TX_RETRIES: usize = 20;
 
 /// Runs `$body` (a `Result<T, TxError>` expression using the open transaction `$txn`) and
 /// commits, retrying the whole transaction when it lost a race (unique key, deadlock); a
 /// rule's verdict or the last database error ends it as the service's error.
 macro_rules! in_tx {
     ($svc:expr, $txn:ident => $body:expr) => {
-        socialgraph_storage::retry_tx(MAX_TX_RETRIES, || async {
+        socialgraph_storage::retry_tx($crate::service::MAX_TX_RETRIES, || async {
             // A busy database can refuse BEGIN itself (SQLite's IMMEDIATE): retry like a race.
             let $txn = $svc.begin().await?;
-            let result: Result<_, TxError> = $body;
+            let result: Result<_, $crate::service::TxError> = $body;
             match result {
-                Ok(v) => $txn.commit().await.map(|()| v).map_err(TxError::Db),
+                Ok(v) => $txn.commit().await.map(|()| v).map_err($crate::service::TxError::Db),
                 Err(e) => {
                     let _ = $txn.rollback().await;
                     Err(e)
@@ -44,9 +44,10 @@ macro_rules! in_tx {
             }
         })
         .await
-        .map_err(TxError::into_api)?
+        .map_err($crate::service::TxError::into_api)?
     };
 }
+pub(crate) use in_tx;
 
 /// The relation service's state, shared by every RPC.
 pub struct Relations {
@@ -55,9 +56,9 @@ pub struct Relations {
     limiter: Option<TokenBucket>,
     keys: Keys,
     token_key: PageTokenKey,
-    config: Config,
+    pub(crate) config: Config,
     /// Wakes the outbox relay after each commit that wrote events.
-    relay_wake: Arc<Notify>,
+    pub(crate) relay_wake: Arc<Notify>,
     /// Follows let through because Redis was unreachable (fail-open).
     rate_limit_bypassed: IntCounter,
 }
@@ -81,22 +82,6 @@ pub struct UnfollowOutcome {
 }
 
 pub use socialgraph_domain::Page;
-
-/// Counts of one import.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ImportCounts {
-    /// Edges received.
-    pub received: i64,
-    /// Edges that became "following".
-    pub imported: i64,
-    /// Self-loops skipped.
-    pub skipped_self_loops: i64,
-    /// Edges already followed, skipped.
-    pub skipped_duplicates: i64,
-}
-
-/// One edge to import: (follower, followee, followed_at_ms).
-pub type ImportEdge = (i64, i64, i64);
 
 pub(crate) use socialgraph_domain::now_ms;
 
@@ -127,7 +112,7 @@ impl Relations {
         &self.token_key
     }
 
-    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+    pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
         // READ COMMITTED: a first follow of an edge takes no gap lock on MySQL, so concurrent
         // first follows collide on the primary key (and retry) instead of deadlocking.
         match self.db.get_database_backend() {
@@ -136,7 +121,7 @@ impl Relations {
         }
     }
 
-    fn event_row(&self, edge: &Edge, kind: RelationEventKind, now: i64) -> NewOutboxRow {
+    pub(crate) fn event_row(&self, edge: &Edge, kind: RelationEventKind, now: i64) -> NewOutboxRow {
         let event = RelationEvent {
             event_id: uuid::Uuid::now_v7().to_string(),
             kind: kind as i32,
@@ -194,17 +179,77 @@ impl Relations {
             });
         }
         // A repeat costs no token and takes no lock.
-        if let Some(e) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?
-            && e.state == EdgeState::Following
-        {
+        let seen = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?;
+        if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
             return Ok(FollowOutcome { changed: false, edge: e });
         }
         self.check_rate_limit(follower_id).await?;
-        let outcome = in_tx!(self, txn => self.follow_tx(&txn, follower_id, followee_id).await);
+        let outcome = if self.single_statement_writes() {
+            self.follow_cas(follower_id, followee_id, seen).await?
+        } else {
+            in_tx!(self, txn => self.follow_tx(&txn, follower_id, followee_id).await)
+        };
         if outcome.changed {
             self.relay_wake.notify_one();
         }
         Ok(outcome)
+    }
+
+    /// PostgreSQL writes one edge change and its event in one statement ([`cas`]).
+    fn single_statement_writes(&self) -> bool {
+        self.db.get_database_backend() == DbBackend::Postgres
+    }
+
+    /// Follow as a compare-and-set on the version read in `seen`; a lost race reads again.
+    async fn follow_cas(&self, follower_id: i64, followee_id: i64, mut seen: Option<Edge>) -> ApiResult<FollowOutcome> {
+        let cap = self.config.limits.following_cap;
+        for _ in 0..=MAX_TX_RETRIES {
+            if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
+                return Ok(FollowOutcome { changed: false, edge: e });
+            }
+            let now = now_ms();
+            let edge = Edge {
+                follower_id,
+                followee_id,
+                state: EdgeState::Following,
+                version: seen.map_or(1, |e| e.version + 1),
+                followed_at_ms: now,
+                updated_at_ms: now,
+            };
+            let event = self.event_row(&edge, RelationEventKind::Followed, now);
+            let expected = seen.map_or(0, |e| e.version);
+            let outcome =
+                socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::follow(&self.db, &edge, expected, cap, &event)).await.map_err(db_error)?;
+            match outcome {
+                CasOutcome::Written => return Ok(FollowOutcome { changed: true, edge }),
+                CasOutcome::AtCap(count) => return Err(cap_reached(follower_id, count, cap)),
+                CasOutcome::Conflict => {
+                    seen = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?;
+                }
+            }
+        }
+        Err(edge_contended())
+    }
+
+    /// Unfollow as a compare-and-set on the version of the edge read first.
+    async fn unfollow_cas(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
+        for _ in 0..=MAX_TX_RETRIES {
+            let Some(old) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)? else {
+                return Ok(UnfollowOutcome { changed: false, version: 0 });
+            };
+            if old.state != EdgeState::Following {
+                return Ok(UnfollowOutcome { changed: false, version: old.version });
+            }
+            let now = now_ms();
+            let edge = Edge { state: EdgeState::NotFollowing, version: old.version + 1, updated_at_ms: now, ..old };
+            let event = self.event_row(&edge, RelationEventKind::Unfollowed, now);
+            let outcome =
+                socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::unfollow(&self.db, &edge, old.version, &event)).await.map_err(db_error)?;
+            if outcome == CasOutcome::Written {
+                return Ok(UnfollowOutcome { changed: true, version: edge.version });
+            }
+        }
+        Err(edge_contended())
     }
 
     async fn follow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<FollowOutcome, TxError> {
@@ -215,11 +260,7 @@ impl Relations {
         let cap = self.config.limits.following_cap;
         let count = edges::count(txn, EdgeTable::Following, Col::FollowerId, follower_id).await?;
         if count >= cap {
-            return Err(TxError::Api(ApiError::FailedPrecondition {
-                reason: "FOLLOWING_LIMIT",
-                message: format!("user {follower_id} already follows {count} accounts, the limit is {cap}"),
-                metadata: [("limit".to_owned(), cap.to_string())].into(),
-            }));
+            return Err(TxError::Api(cap_reached(follower_id, count, cap)));
         }
         let now = now_ms();
         let edge = Edge {
@@ -258,7 +299,11 @@ impl Relations {
     /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
     pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
         validate_pair(follower_id, followee_id)?;
-        let outcome = in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await);
+        let outcome = if self.single_statement_writes() {
+            self.unfollow_cas(follower_id, followee_id).await?
+        } else {
+            in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await)
+        };
         if outcome.changed {
             self.relay_wake.notify_one();
         }
@@ -317,63 +362,12 @@ impl Relations {
         edges::count(&self.db, EdgeTable::Following, Col::FollowerId, user_id).await.map_err(db_error)
     }
 
-    /// Imports one chunk of already validated edges in one transaction.
-    ///
-    /// # Errors
-    /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
-    pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
-        let (wanted, mut counts) = dedup_import(chunk);
-        let pairs: Vec<(i64, i64)> = wanted.keys().copied().collect();
-        let (imported, dups) = in_tx!(self, txn => self.import_tx(&txn, &wanted, &pairs).await.map_err(TxError::Db));
-        counts.imported = imported;
-        counts.skipped_duplicates += dups;
-        if imported > 0 {
-            self.relay_wake.notify_one();
-        }
-        Ok(counts)
-    }
-
-    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>, pairs: &[(i64, i64)]) -> Result<(i64, i64), DbErr> {
-        let existing: std::collections::HashMap<(i64, i64), Edge> =
-            edges::get_many(txn, EdgeTable::Following, pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
-        let now = now_ms();
-        let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
-        for (&(follower_id, followee_id), &at) in wanted {
-            let old = existing.get(&(follower_id, followee_id));
-            if old.is_some_and(|e| e.state == EdgeState::Following) {
-                dups += 1;
-                continue;
-            }
-            let edge = Edge {
-                follower_id,
-                followee_id,
-                state: EdgeState::Following,
-                version: old.map_or(1, |e| e.version + 1),
-                followed_at_ms: at,
-                updated_at_ms: now,
-            };
-            match old {
-                Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
-                None => inserts.push(edge),
-            }
-            events.push(self.event_row(&edge, RelationEventKind::Followed, now));
-        }
-        edges::insert(txn, EdgeTable::Following, &inserts).await?;
-        outbox::insert(txn, &events).await?;
-        Ok((events.len() as i64, dups))
-    }
-
     /// Edges in primary-key order for ScanEdges.
     ///
     /// # Errors
     /// UNAVAILABLE or INTERNAL on database failure.
     pub async fn scan(&self, filter: edges::ScanFilter, limit: usize) -> ApiResult<Vec<Edge>> {
         edges::scan(&self.db, EdgeTable::Following, filter, limit).await.map_err(db_error)
-    }
-
-    /// Import batch size from config.
-    pub fn import_batch_size(&self) -> usize {
-        self.config.limits.import_batch_size.max(1)
     }
 }
 
@@ -397,7 +391,7 @@ impl socialgraph_storage::RetryableError for TxError {
 
 impl TxError {
     /// The service's answer: a rule's verdict as is, a database error through [`db_error`].
-    fn into_api(self) -> ApiError {
+    pub(crate) fn into_api(self) -> ApiError {
         match self {
             Self::Api(e) => e,
             Self::Db(e) => db_error(e),
@@ -405,38 +399,22 @@ impl TxError {
     }
 }
 
+/// FAILED_PRECONDITION FOLLOWING_LIMIT: the follower already follows `count` ≥ `cap` accounts.
+fn cap_reached(follower_id: i64, count: i64, cap: i64) -> ApiError {
+    ApiError::FailedPrecondition {
+        reason: "FOLLOWING_LIMIT",
+        message: format!("user {follower_id} already follows {count} accounts, the limit is {cap}"),
+        metadata: [("limit".to_owned(), cap.to_string())].into(),
+    }
+}
+
+/// UNAVAILABLE: every attempt at one edge lost a race to another writer of the same edge.
+fn edge_contended() -> ApiError {
+    ApiError::unavailable(socialgraph_server::REASON_DATABASE, "the edge is being changed by other calls; retry")
+}
+
 fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
     let bad: Vec<Violation> =
         [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)].into_iter().filter_map(Result::err).collect();
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
-}
-
-/// The edges of one import chunk to write, keyed (follower, followee) → followed_at_ms, and the
-/// counts of what was dropped: self-loops, and repeats of an edge (the first occurrence wins,
-/// as it does across chunks, where later ones find the row).
-pub fn dedup_import(chunk: &[ImportEdge]) -> (BTreeMap<(i64, i64), i64>, ImportCounts) {
-    let mut counts = ImportCounts { received: chunk.len() as i64, ..Default::default() };
-    let mut wanted: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    for &(fr, fe, at) in chunk {
-        if fr == fe {
-            counts.skipped_self_loops += 1;
-        } else if let std::collections::btree_map::Entry::Vacant(e) = wanted.entry((fr, fe)) {
-            e.insert(at);
-        } else {
-            counts.skipped_duplicates += 1;
-        }
-    }
-    (wanted, counts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_import_chunk_drops_self_loops_and_keeps_the_first_of_repeated_edges() {
-        let (wanted, counts) = dedup_import(&[(1, 2, 10), (3, 3, 11), (1, 2, 12), (2, 1, 13), (1, 2, 14)]);
-        assert_eq!(wanted.into_iter().collect::<Vec<_>>(), [((1, 2), 10), ((2, 1), 13)]);
-        assert_eq!((counts.received, counts.skipped_self_loops, counts.skipped_duplicates, counts.imported), (5, 1, 2, 0));
-    }
 }
