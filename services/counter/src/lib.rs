@@ -74,6 +74,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         rebuilds: counter(&registry, "sg_counter_rebuilds_total", "User counters created or rebuilt from the facts")?,
         repairs: counter(&registry, "sg_counter_repairs_total", "Checks and rebuilds that found drift and repaired it")?,
         check_slots: Arc::new(tokio::sync::Semaphore::new(users::CHECK_SLOTS)),
+        resting: users::resting_cache(config.counters.check_interval_secs),
     });
     let producer = Arc::new(tokio::sync::OnceCell::new());
     let relay_wake = Arc::new(tokio::sync::Notify::new());
@@ -143,16 +144,17 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let mut tasks = Vec::new();
     let mut owned = Vec::new();
+    let activity = Arc::new(tokio::sync::Notify::new());
     for (t, n) in topics.iter().zip(&counts) {
         for p in ctx.config.consumer.partitions.partitions(*n) {
             owned.push((t.clone(), p));
-            let (c, prog, s, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), cancel.clone());
+            let (c, prog, s, a, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), Arc::clone(&activity), cancel.clone());
             tasks.push(if t == &k.relation_topic {
-                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&relation), prog, s, cc))
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&relation), prog, s, a, cc))
             } else if t == &k.content_topic {
-                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, cc))
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, a, cc))
             } else {
-                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&actions), prog, s, cc))
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&actions), prog, s, a, cc))
             });
         }
     }

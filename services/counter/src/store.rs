@@ -138,6 +138,26 @@ impl Store {
             .collect()
     }
 
+    /// Creates the counters of users read for the first time, in one round trip: copies their
+    /// follow counts (as [`Self::sync_edges`]), starts their check rest periods (`periods`, as
+    /// [`Self::checks_due`]; may be empty) and reads them back, in `counts` order.
+    pub async fn create(&self, counts: &[EdgeCounts], periods: &[(i64, u64)]) -> Result<Vec<Option<Sds>>, CacheError> {
+        let mut pipe = redis::pipe();
+        for c in counts {
+            let mut inv = self.scripts.sync_edges.prepare_invoke();
+            self.user_keys(&mut inv, c.user_id);
+            inv.arg(c.followings).arg(c.followers).arg(c.version).arg("0");
+            pipe.invoke_script(&inv).ignore();
+        }
+        for (u, rest_secs) in periods {
+            pipe.cmd("SET").arg(self.keys.user_check(*u)).arg(1).arg("NX").arg("EX").arg(*rest_secs).ignore();
+        }
+        for c in counts {
+            pipe.get(self.keys.user_counters(c.user_id));
+        }
+        Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
+    }
+
     fn user_keys(&self, inv: &mut redis::ScriptInvocation<'_>, user_id: i64) {
         let k = &self.keys;
         inv.key(k.user_counters(user_id)).key(k.user_guard(user_id)).key(k.user_posts(user_id)).key(k.user_received(user_id));
@@ -224,12 +244,7 @@ impl Store {
         for u in users {
             pipe.get(self.keys.user_counters(*u));
         }
-        Ok(self
-            .query(&pipe)
-            .await?
-            .into_iter()
-            .map(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Sds::decode(&b)))
-            .collect())
+        Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
     }
 
     /// Starts the sampled-check rest period of every user in `users` whose period is over, in
@@ -249,6 +264,11 @@ impl Store {
 /// One author's content events of a batch: (author, [(published, `etype:eid`, time ms)]), in
 /// log order.
 pub type AuthorContent = (i64, Vec<(bool, String, i64)>);
+
+/// A GET reply → the counters it holds (`None`: missing or malformed).
+fn decode_sds(v: Value) -> Option<Sds> {
+    redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Sds::decode(&b))
+}
 
 /// `etype:eid` → (etype, eid).
 pub fn parse_member(m: &str) -> Option<(String, i64)> {

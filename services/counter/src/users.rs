@@ -46,6 +46,18 @@ pub struct Counters {
     pub repairs: IntCounter,
     /// Permits for sampled checks in flight ([`CHECK_SLOTS`]).
     pub check_slots: Arc<Semaphore>,
+    /// Users whose rest period this instance started less than `check_interval_secs` ago:
+    /// their reads skip the round trip that asks Redis whether a check is due.
+    pub resting: moka::sync::Cache<i64, ()>,
+}
+
+/// Most users [`Counters::resting`] remembers (~100 bytes each); beyond it the least used are
+/// forgotten and merely ask Redis again.
+pub const RESTING_CAPACITY: u64 = 1_000_000;
+
+/// The local set of resting users: each entry lives `check_interval_secs`.
+pub fn resting_cache(check_interval_secs: u64) -> moka::sync::Cache<i64, ()> {
+    moka::sync::Cache::builder().max_capacity(RESTING_CAPACITY).time_to_live(std::time::Duration::from_secs(check_interval_secs.max(1))).build()
 }
 
 pub(crate) fn cache_error(e: CacheError) -> ApiError {
@@ -156,12 +168,20 @@ impl Counters {
         if self.check_interval_secs == 0 || user_ids.is_empty() {
             return;
         }
+        // Most reads are of users this instance already scheduled: no round trip for them.
+        let user_ids: Vec<i64> = user_ids.into_iter().filter(|u| !self.resting.contains_key(u)).collect();
+        if user_ids.is_empty() {
+            return;
+        }
         let Ok(permit) = Arc::clone(&self.check_slots).try_acquire_owned() else {
             return;
         };
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let _permit = permit;
+            for u in &user_ids {
+                me.resting.insert(*u, ());
+            }
             let periods: Vec<(i64, u64)> = user_ids.into_iter().map(|u| (u, me.rest_secs())).collect();
             match me.store.checks_due(&periods).await {
                 Ok(due) => {
@@ -190,13 +210,13 @@ impl Counters {
         let present: Vec<i64> = user_ids.iter().zip(&read).filter(|(_, v)| v.is_some()).map(|(u, _)| *u).collect();
         if !missing.is_empty() {
             let counts = self.edge_counts(&missing).await?.counts;
-            self.store.sync_edges(&counts, false).await.map_err(cache_error)?;
+            let periods: Vec<(i64, u64)> =
+                if self.check_interval_secs > 0 { missing.iter().map(|u| (*u, self.rest_secs())).collect() } else { Vec::new() };
+            let created = self.store.create(&counts, &periods).await.map_err(cache_error)?;
             self.rebuilds.inc_by(missing.len() as u64);
-            if self.check_interval_secs > 0 {
-                let periods: Vec<(i64, u64)> = missing.iter().map(|u| (*u, self.rest_secs())).collect();
-                self.store.checks_due(&periods).await.map_err(cache_error)?;
+            for (u, _) in &periods {
+                self.resting.insert(*u, ());
             }
-            let created = self.store.read(&missing).await.map_err(cache_error)?;
             let mut created = created.into_iter();
             for v in read.iter_mut().filter(|v| v.is_none()) {
                 *v = created.next().flatten();
