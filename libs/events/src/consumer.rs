@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rskafka::client::Client;
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 use rskafka::record::RecordAndOffset;
 use serde::{Deserialize, Serialize};
-use tokio::sync::RwLock;
+use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
 
 /// Boxed error of a handler.
@@ -102,18 +102,39 @@ pub struct ConsumerSettings {
     pub max_wait_ms: i32,
     /// Most bytes per fetch.
     pub max_bytes: i32,
-    /// Longest idle sleep between empty fetches.
+    /// Longest idle sleep between empty fetches while the consumer is in use (some partition
+    /// of it fetched records within `deep_idle_after_ms`).
     pub idle_max_ms: u64,
+    /// Quiet time after which a partition sleeps `deep_idle_ms` between empty fetches.
+    pub deep_idle_after_ms: u64,
+    /// Sleep between empty fetches of a consumer quiet for `deep_idle_after_ms`: what an idle
+    /// mesh costs the broker (one fetch per partition per this period). The first records
+    /// after a quiet time wait up to this long; every sibling partition then wakes at once.
+    pub deep_idle_ms: u64,
 }
 
 impl Default for ConsumerSettings {
     fn default() -> Self {
-        Self { partitions: Assignment::All, max_wait_ms: 5, max_bytes: 4 * 1024 * 1024, idle_max_ms: 50 }
+        Self {
+            partitions: Assignment::All,
+            max_wait_ms: 5,
+            max_bytes: 4 * 1024 * 1024,
+            idle_max_ms: 50,
+            deep_idle_after_ms: 10_000,
+            deep_idle_ms: 1_000,
+        }
     }
 }
 
 /// Consumes `topic`/`partition` into `handler` until `cancel` fires; stops at a batch
 /// boundary. Handler failures retry the same batch from the stored offset after a backoff.
+///
+/// While no records come, the partition backs off between empty fetches (1 ms doubling to
+/// `idle_max_ms`, then `deep_idle_ms` once quiet for `deep_idle_after_ms`). `activity` is
+/// shared by the sibling partitions of one consumer: a partition that fetched records wakes
+/// every sleeping sibling when it comes out of a quiet time; they fetch at once and count as
+/// in use again.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_partition<H: BatchHandler>(
     client: Arc<Client>,
     topic: String,
@@ -121,12 +142,13 @@ pub async fn run_partition<H: BatchHandler>(
     handler: Arc<H>,
     progress: Progress,
     settings: ConsumerSettings,
+    activity: Arc<Notify>,
     cancel: CancellationToken,
 ) {
     let key = (topic.clone(), partition);
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
-        let result = consume(&client, &topic, partition, handler.as_ref(), &progress, &settings, &cancel).await;
+        let result = consume(&client, &topic, partition, handler.as_ref(), &progress, &settings, &activity, &cancel).await;
         if let Err(e) = result {
             failures += 1;
             let wait = Duration::from_millis((50u64 << failures.min(6)).min(5_000));
@@ -139,6 +161,7 @@ pub async fn run_partition<H: BatchHandler>(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn consume<H: BatchHandler>(
     client: &Client,
     topic: &str,
@@ -146,6 +169,7 @@ async fn consume<H: BatchHandler>(
     handler: &H,
     progress: &Progress,
     settings: &ConsumerSettings,
+    activity: &Notify,
     cancel: &CancellationToken,
 ) -> Result<(), BoxError> {
     let pc = client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
@@ -156,6 +180,7 @@ async fn consume<H: BatchHandler>(
     let key = (topic.to_owned(), partition);
     progress.write().await.entry(key.clone()).or_default().next_offset = offset;
     let mut idle = Duration::from_millis(1);
+    let mut last_busy = Instant::now();
     loop {
         let fetched = tokio::select! {
             r = pc.fetch_records(offset, 1..settings.max_bytes, settings.max_wait_ms) => r?,
@@ -170,11 +195,25 @@ async fn consume<H: BatchHandler>(
             p.running = true;
         }
         let Some(last) = records.last() else {
-            tokio::select! { _ = tokio::time::sleep(idle) => {}, _ = cancel.cancelled() => return Ok(()) }
+            let sleep = if last_busy.elapsed() >= Duration::from_millis(settings.deep_idle_after_ms) {
+                Duration::from_millis(settings.deep_idle_ms)
+            } else {
+                idle
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {},
+                _ = activity.notified() => last_busy = Instant::now(),
+                _ = cancel.cancelled() => return Ok(()),
+            }
             idle = (idle * 2).min(Duration::from_millis(settings.idle_max_ms));
             continue;
         };
         idle = Duration::from_millis(1);
+        // Out of a quiet time: the siblings are likely to get records too; wake them.
+        if last_busy.elapsed() >= Duration::from_millis(settings.deep_idle_after_ms) {
+            activity.notify_waiters();
+        }
+        last_busy = Instant::now();
         let next = last.offset + 1;
         let last_ms = last.record.timestamp.timestamp_millis();
         handler.apply(topic, partition, &records, next).await?;

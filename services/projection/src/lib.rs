@@ -130,6 +130,7 @@ async fn consume(
     let owned = config.consumer.partitions.partitions(total);
     tracing::info!(topic, ?owned, "consuming");
     let mut tasks = Vec::new();
+    let activity = Arc::new(tokio::sync::Notify::new());
     for p in owned.iter().copied() {
         tasks.push(tokio::spawn(run_partition(
             Arc::clone(&client),
@@ -138,6 +139,7 @@ async fn consume(
             Arc::clone(&projector),
             progress.clone(),
             config.consumer.clone(),
+            Arc::clone(&activity),
             cancel.clone(),
         )));
     }
