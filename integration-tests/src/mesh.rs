@@ -140,6 +140,13 @@ impl Mesh {
         c
     }
 
+    /// The projection-svc configuration of this mesh (to restart it on the same database).
+    pub fn projection_config(&self) -> ProjectionConfig {
+        let mut c = projection_config(&self.db.url, &self.topics.relation, self.relation.addr);
+        c.kafka.brokers = self.brokers.clone();
+        c
+    }
+
     /// The counter-svc configuration of this mesh (to restart it).
     pub fn counter_config(&self) -> CounterConfig {
         counter_config_on(&self.redis_url, &self.prefix, &self.topics, self.projection.addr, &self.brokers)

@@ -12,7 +12,7 @@ use tonic::transport::Channel;
 use crate::CountersArgs;
 use crate::backends::{RedisBench, bench_prefix, bench_redis, delete_prefix, memory_usage, redis_benchmark, used_memory};
 use crate::load::{CHANNELS, channels, closed_loop, mix};
-use crate::report::{Run, header, print_table, progress, row};
+use crate::report::{Run, header, print_table, progress, row, summarize};
 
 /// Runs the part on a mesh of its own, whose Redis keys it removes at the end.
 pub(crate) async fn run(a: &CountersArgs) -> anyhow::Result<()> {
@@ -128,6 +128,8 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     progress("redis-benchmark GET and MGET of 100 keys");
     let mut conn = bench_redis().await?;
     let (get, mget) = redis_reads(&mut conn, a).await?;
+    progress("GET and MGET of 100 keys from redis-rs (the service's client library and pool)");
+    let (rs_get, rs_mget) = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size).await?;
 
     memory(&mut conn, a.memory_users).await?;
 
@@ -138,8 +140,49 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     set_check_keys(m, a.users, false).await?;
     let due = counter_reads(&m.counter, a, 9).await?;
 
-    print_reads(a, &ReadResults { create, resting, check_off, due, get, mget });
+    print_reads(a, &ReadResults { create, resting, check_off, due, get, mget, rs_get, rs_mget });
     Ok(())
+}
+
+/// GET of one and MGET of 100 random 20-byte keys from redis-rs over a bb8 pool of
+/// `pool_size` (counter-svc's client library and pool), `a.concurrency` callers: the raw side
+/// of the counter read ratios.
+async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs, pool_size: u32) -> anyhow::Result<(Run, Run)> {
+    let bp = bench_prefix();
+    for chunk in (0..a.users).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for u in chunk {
+            pipe.set(format!("{bp}u:{u}"), [7u8; 20].as_slice()).ignore();
+        }
+        pipe.query_async::<()>(&mut *conn).await?;
+    }
+    let pool = socialgraph_cache::pool(&socialgraph_testkit::redis_url(), pool_size, Duration::from_secs(1))?;
+    let users = a.users as u64;
+    let (p, b) = (pool.clone(), bp.clone());
+    let get = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |_, i| {
+        let (pool, key) = (p.clone(), format!("{b}u:{}", mix(i as u64) % users));
+        async move {
+            let mut c = pool.get().await?;
+            let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut *c).await?;
+            anyhow::ensure!(v.is_some_and(|v| v.len() == 20), "missing key");
+            Ok(())
+        }
+    })
+    .await;
+    let (p, b) = (pool.clone(), bp.clone());
+    let mget = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |_, i| {
+        let pool = p.clone();
+        let keys: Vec<String> = (0..100u64).map(|k| format!("{b}u:{}", mix(i as u64 * 131 + k) % users)).collect();
+        async move {
+            let mut c = pool.get().await?;
+            let v: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(keys).query_async(&mut *c).await?;
+            anyhow::ensure!(v.len() == 100, "{} values for 100 keys", v.len());
+            Ok(())
+        }
+    })
+    .await;
+    delete_prefix(conn, &bp).await?;
+    Ok((get, mget))
 }
 
 /// redis-benchmark GET of one and MGET of 100 random keys of 20 bytes, one per user, written
@@ -200,6 +243,10 @@ struct ReadResults {
     due: Reads,
     get: RedisBench,
     mget: RedisBench,
+    /// GET from redis-rs.
+    rs_get: Run,
+    /// MGET of 100 from redis-rs.
+    rs_mget: Run,
 }
 
 fn print_reads(a: &CountersArgs, r: &ReadResults) {
@@ -226,13 +273,17 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             row("BatchGet(100) p99, checks due", batch_due.p99(), mget.p99, "ms"),
             row("Get req/s, checks due", single_due.rate(), get.rps, "/s"),
             row("Get p99, checks due", single_due.p99(), get.p99, "ms"),
+            row("Get req/s vs GET from redis-rs", single.rate(), r.rs_get.rate(), "/s"),
+            row("Get p99 vs GET from redis-rs", single.p99(), r.rs_get.p99(), "ms"),
+            row("BatchGet(100) req/s vs MGET from redis-rs", batch.rate(), r.rs_mget.rate(), "/s"),
+            row("BatchGet(100) p99 vs MGET from redis-rs", batch.p99(), r.rs_mget.p99(), "ms"),
         ],
         &[
             "raw = redis-benchmark -c 32 on the same Redis: MGET of 100 random keys of 20 bytes (-n 100000) and GET of one \
              (-n 200000); redis-benchmark has no MGET test of its own (its MSET test writes 10 keys)"
                 .into(),
             "first rows: default counter-svc, every user's sampled check resting (its sg:ucnt:{uid}:chk key set beforehand, \
-             as within 300 s of a check): each read still spawns one SET NX per id"
+             as within 300 s of a check): the first read of an id on this instance sends one SET NX, later ones none"
                 .into(),
             "check off = counter-svc restarted with counters.check_interval_secs = 0".into(),
             "checks due = default counter-svc, every user's check key absent: reads start a drift check per user \
@@ -245,8 +296,12 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             single_nc.describe("Get check off"),
             batch_due.describe("BatchGet checks due"),
             single_due.describe("Get checks due"),
+            r.rs_get.describe("GET from redis-rs"),
+            r.rs_mget.describe("MGET(100) from redis-rs"),
         ],
     );
+    summarize("GetUserCounters (vs GET, redis-rs)", single.rate(), r.rs_get.rate(), "/s", ">= 0.6x");
+    summarize("BatchGetUserCounters(100) (vs MGET of 100)", batch.rate(), r.rs_mget.rate(), "/s", ">= 0.6x");
 }
 
 /// Writes `users` counters under a bench prefix (strings of 20 bytes, or hashes of five

@@ -16,11 +16,14 @@
 
 mod backends;
 mod counters;
+mod idle;
+mod import;
 mod likes;
 mod load;
 mod projection;
 mod relation;
 mod report;
+mod sustained;
 
 use std::time::Instant;
 
@@ -48,7 +51,14 @@ enum Part {
     Counters(CountersArgs),
     /// Like RPC vs the raw Lua toggle; entity count reads vs MGET; memory per liked entity.
     Likes(LikesArgs),
-    /// Every part, in order, with default settings.
+    /// A follow graph through ImportFollows into the whole mesh vs COPY; time to lag 0 and to
+    /// right counters.
+    Import(ImportArgs),
+    /// Follows at a fixed rate for a long time: errors, lag and memory (RSS) at start and end.
+    Sustained(SustainedArgs),
+    /// CPU of the broker and of the services while the mesh receives nothing.
+    Idle(IdleArgs),
+    /// Every part, in order, with default settings (the sustained run included).
     All,
 }
 
@@ -119,6 +129,30 @@ struct LikesArgs {
     movielens: String,
 }
 
+#[derive(Parser, Clone)]
+struct ImportArgs {
+    /// The edge list (SNAP text, gzip or not).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/soc-Slashdot0902.txt.gz"))]
+    file: String,
+}
+
+#[derive(Parser, Clone)]
+struct IdleArgs {
+    /// Seconds measured in each configuration.
+    #[arg(long, default_value_t = 30)]
+    secs: u64,
+}
+
+#[derive(Parser, Clone)]
+struct SustainedArgs {
+    /// Seconds of the run.
+    #[arg(long, default_value_t = 600)]
+    secs: u64,
+    /// Offered follows/s; 0 = 80 % of the rate a 10 s closed-loop run sustains first.
+    #[arg(long, default_value_t = 0)]
+    rate: u32,
+}
+
 fn defaults<T: Parser>() -> T {
     T::parse_from(["bench"])
 }
@@ -133,18 +167,26 @@ async fn main() -> anyhow::Result<()> {
         println!("(plain tracing: the services run without their OpenTelemetry layer)");
     }
     let started = Instant::now();
+    let load_at_start = report::load_average();
     match cli.part {
         Part::Relation(a) => relation::run(&a).await?,
         Part::Projection(a) => projection::run(&a).await?,
         Part::Counters(a) => counters::run(&a).await?,
         Part::Likes(a) => likes::run(&a).await?,
+        Part::Import(a) => import::run(&a).await?,
+        Part::Idle(a) => idle::run(&a).await?,
+        Part::Sustained(a) => sustained::run(&a).await?,
         Part::All => {
             relation::run(&defaults()).await?;
             projection::run(&defaults()).await?;
             counters::run(&defaults()).await?;
             likes::run(&defaults()).await?;
+            import::run(&defaults()).await?;
+            idle::run(&defaults()).await?;
+            sustained::run(&defaults()).await?;
         }
     }
+    report::print_summary(&load_at_start);
     println!("\ntotal bench time {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::ProjectionArgs;
 use crate::backends::{PARTITIONS, kafka};
 use crate::load::{CHANNELS, channels, distinct_edges};
 use crate::relation::{import, relation_clients};
-use crate::report::{Hist, header, hist, ms, print_table, progress, row};
+use crate::report::{Hist, header, hist, ms, print_table, progress, row, summarize};
 
 /// Runs the part: the propagation table, then the consumer apply table.
 pub(crate) async fn run(a: &ProjectionArgs) -> anyhow::Result<()> {
@@ -57,6 +57,7 @@ async fn propagation(a: &ProjectionArgs) -> anyhow::Result<()> {
         let raw = raw::raw_transit(&client, rate, a.secs).await?;
         rows.push(row(format!("p50 @ {rate}/s"), ms(&s.prop, 0.5), ms(&raw, 0.5), "ms"));
         rows.push(row(format!("p99 @ {rate}/s"), ms(&s.prop, 0.99), ms(&raw, 0.99), "ms"));
+        summarize(format!("follow -> visible in ListFollowers p99 @ {rate}/s"), ms(&s.prop, 0.99), ms(&raw, 0.99), "ms", "<= 50 ms, <= 2x raw");
         notes.push(rate_note(rate, &s, &raw));
     }
     print_table("Propagation latency, open loop", "svc", "raw broker", &rows, &notes);

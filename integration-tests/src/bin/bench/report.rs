@@ -93,12 +93,53 @@ pub(crate) fn print_table(title: &str, svc_label: &str, raw_label: &str, rows: &
 
 /// The banner that opens a part, with the machine's load average.
 pub(crate) fn header(part: &str) {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    println!("\n==================== {part} (load average {}) ====================", load.join(" "));
+    println!("\n==================== {part} (load average {}) ====================", load_average());
 }
 
 /// A progress line: what the part measures next.
 pub(crate) fn progress(msg: &str) {
     println!("  .. {msg}");
+}
+
+/// One line of the closing summary: the speed targets, each path beside its raw baseline.
+struct SummaryLine {
+    path: String,
+    now: String,
+    raw: String,
+    ratio: String,
+    target: String,
+}
+
+static SUMMARY: std::sync::Mutex<Vec<SummaryLine>> = std::sync::Mutex::new(Vec::new());
+
+/// Records one line of the closing summary: `svc` beside `raw` (0: no baseline) in `unit`, and
+/// the target it is held to.
+pub(crate) fn summarize(path: impl Into<String>, svc: f64, raw: f64, unit: &str, target: &str) {
+    let r = row(path, svc, raw, unit);
+    let raw = if raw == 0.0 { "-".into() } else { r.raw };
+    let line = SummaryLine { path: r.what, now: r.svc, raw, ratio: r.ratio, target: target.into() };
+    SUMMARY.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(line);
+}
+
+/// The machine's load average (1, 5, 15 min) as printed by /proc/loadavg.
+pub(crate) fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// Prints every line recorded by [`summarize`] as one table, with the load average at the
+/// start of the run and now.
+pub(crate) fn print_summary(load_at_start: &str) {
+    let lines = SUMMARY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if lines.is_empty() {
+        return;
+    }
+    let w = |f: &dyn Fn(&SummaryLine) -> usize, min: usize| lines.iter().map(f).max().unwrap_or(0).max(min);
+    let (w0, w1, w2, w3) = (w(&|l| l.path.len(), 4), w(&|l| l.now.len(), 3), w(&|l| l.raw.len(), 12), w(&|l| l.target.len(), 6));
+    println!("\n==================== summary (load average at start {load_at_start}, now {}) ====================", load_average());
+    println!("  {:<w0$} | {:>w1$} | {:>w2$} | {:>7} | {:<w3$}", "path", "now", "raw baseline", "ratio", "target");
+    println!("  {:-<w0$}-+-{:->w1$}-+-{:->w2$}-+-{:->7}-+-{:-<w3$}", "", "", "", "", "");
+    for l in lines.iter() {
+        println!("  {:<w0$} | {:>w1$} | {:>w2$} | {:>7} | {:<w3$}", l.path, l.now, l.raw, l.ratio, l.target);
+    }
 }
