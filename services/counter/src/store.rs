@@ -238,13 +238,18 @@ impl Store {
         self.query(&pipe).await.map(|_| ())
     }
 
-    /// Reads the counters of `users` in one round trip: `None` for missing or malformed.
+    /// Reads the counters of `users` in one round trip, in order: `None` for missing or
+    /// malformed. One MGET: a single Redis node serves every key (a Redis Cluster would need
+    /// one MGET per slot, as the keys' hash tags differ).
     pub async fn read(&self, users: &[i64]) -> Result<Vec<Option<Sds>>, CacheError> {
-        let mut pipe = redis::pipe();
-        for u in users {
-            pipe.get(self.keys.user_counters(*u));
+        if users.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
+        let mut pipe = redis::pipe();
+        pipe.cmd("MGET").arg(users.iter().map(|u| self.keys.user_counters(*u)).collect::<Vec<_>>());
+        let values = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
+        let values: Vec<Value> = redis::from_redis_value(values)?;
+        Ok(values.into_iter().map(decode_sds).collect())
     }
 
     /// Starts the sampled-check rest period of every user in `users` whose period is over, in
