@@ -50,12 +50,15 @@ pub(crate) async fn run(a: &IdleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The broker's pid: the first process named `tansu`.
+/// The pid of the broker the tests use: a `tansu` process whose command line names the
+/// address of `SG_TEST_KAFKA` (default 127.0.0.1:9092).
 fn broker_pid() -> Option<u32> {
+    let addr = socialgraph_testkit::kafka::brokers().first()?.clone();
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        (comm.trim() == "tansu").then_some(pid)
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (comm.trim() == "tansu" && String::from_utf8_lossy(&cmdline).contains(&addr)).then_some(pid)
     })
 }
 
