@@ -80,6 +80,22 @@ pub struct Edge {
     pub updated_at_ms: i64,
 }
 
+impl Edge {
+    /// The edge after a follow of `followee_id` by `follower_id` at `followed_at_ms`, written at
+    /// `now_ms`, over `previous` (the stored edge, `None` when there is none): "following", one
+    /// version past the previous one (1 for a first follow).
+    pub fn followed(follower_id: UserId, followee_id: UserId, previous: Option<&Edge>, followed_at_ms: i64, now_ms: i64) -> Self {
+        Self {
+            follower_id,
+            followee_id,
+            state: EdgeState::Following,
+            version: previous.map_or(1, |e| e.version + 1),
+            followed_at_ms,
+            updated_at_ms: now_ms,
+        }
+    }
+}
+
 /// Longest entity type, in bytes.
 pub const MAX_ENTITY_TYPE_LEN: usize = 64;
 

@@ -114,15 +114,9 @@ pub async fn insert_new_edges<C: ConnectionTrait>(conn: &C, new: &[(i64, i64, i6
 
 /// `$1..$7`: the edge's columns, then the expected version.
 fn edge_values(e: &Edge, expected: i64) -> Vec<Value> {
-    vec![
-        e.follower_id.into(),
-        e.followee_id.into(),
-        e.state.as_i16().into(),
-        e.version.into(),
-        e.followed_at_ms.into(),
-        e.updated_at_ms.into(),
-        expected.into(),
-    ]
+    let mut values = crate::edges::column_values(e).to_vec();
+    values.push(expected.into());
+    values
 }
 
 fn event_values(r: &NewOutboxRow) -> [Value; 5] {

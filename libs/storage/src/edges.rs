@@ -62,6 +62,12 @@ fn edge_from_row(row: &QueryResult) -> Result<Edge, DbErr> {
     })
 }
 
+/// The edge's column values in table order (follower_id, followee_id, state, version,
+/// followed_at_ms, updated_at_ms).
+pub(crate) fn column_values(e: &Edge) -> [sea_orm::Value; 6] {
+    [e.follower_id.into(), e.followee_id.into(), e.state.as_i16().into(), e.version.into(), e.followed_at_ms.into(), e.updated_at_ms.into()]
+}
+
 fn select_edges(table: EdgeTable) -> SelectStatement {
     Query::select().columns(COLS).from(table.name()).to_owned()
 }
@@ -121,14 +127,7 @@ pub async fn insert<C: ConnectionTrait>(conn: &C, table: EdgeTable, edges: &[Edg
     }
     let mut q = Query::insert().into_table(table.name()).columns(COLS).to_owned();
     for e in edges {
-        q.values_panic([
-            e.follower_id.into(),
-            e.followee_id.into(),
-            e.state.as_i16().into(),
-            e.version.into(),
-            e.followed_at_ms.into(),
-            e.updated_at_ms.into(),
-        ]);
+        q.values_panic(column_values(e).map(Expr::from));
     }
     conn.execute(&q).await.map(|_| ())
 }

@@ -62,7 +62,7 @@ impl Relations {
         let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
         for (&(follower_id, followee_id), &at) in wanted {
             if inserted.contains(&(follower_id, followee_id)) {
-                let edge = Edge { follower_id, followee_id, state: EdgeState::Following, version: 1, followed_at_ms: at, updated_at_ms: now };
+                let edge = Edge::followed(follower_id, followee_id, None, at, now);
                 events.push(self.event_row(&edge, RelationEventKind::Followed, now));
                 continue;
             }
@@ -71,14 +71,7 @@ impl Relations {
                 dups += 1;
                 continue;
             }
-            let edge = Edge {
-                follower_id,
-                followee_id,
-                state: EdgeState::Following,
-                version: old.map_or(1, |e| e.version + 1),
-                followed_at_ms: at,
-                updated_at_ms: now,
-            };
+            let edge = Edge::followed(follower_id, followee_id, old, at, now);
             match old {
                 Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
                 None => inserts.push(edge),

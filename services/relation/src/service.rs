@@ -208,14 +208,7 @@ impl Relations {
                 return Ok(FollowOutcome { changed: false, edge: e });
             }
             let now = now_ms();
-            let edge = Edge {
-                follower_id,
-                followee_id,
-                state: EdgeState::Following,
-                version: seen.map_or(1, |e| e.version + 1),
-                followed_at_ms: now,
-                updated_at_ms: now,
-            };
+            let edge = Edge::followed(follower_id, followee_id, seen.as_ref(), now, now);
             let event = self.event_row(&edge, RelationEventKind::Followed, now);
             let expected = seen.map_or(0, |e| e.version);
             let outcome =
@@ -263,14 +256,7 @@ impl Relations {
             return Err(TxError::Api(cap_reached(follower_id, count, cap)));
         }
         let now = now_ms();
-        let edge = Edge {
-            follower_id,
-            followee_id,
-            state: EdgeState::Following,
-            version: old.map_or(1, |e| e.version + 1),
-            followed_at_ms: now,
-            updated_at_ms: now,
-        };
+        let edge = Edge::followed(follower_id, followee_id, old.as_ref(), now, now);
         match old {
             Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
             None => edges::insert(txn, EdgeTable::Following, &[edge]).await?,
