@@ -63,6 +63,8 @@ SG_DATABASE__CONSUMER_NAME: {{ $svc.database.consumerName | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_RELATION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "relation")) ($v.relation.ports.grpc | int64)) $svc.relationUrl | quote }}
 {{- end -}}
 
@@ -81,6 +83,8 @@ SG_REDIS__TIMEOUT_MS: {{ $svc.redis.timeoutMs | int64 | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
 SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
 SG_COUNTERS__VERIFY_AFTER_MS: {{ $svc.counters.verifyAfterMs | int64 | quote }}
