@@ -181,6 +181,7 @@ async fn consume<H: BatchHandler>(
     progress.write().await.entry(key.clone()).or_default().next_offset = offset;
     let mut idle = Duration::from_millis(1);
     let mut last_busy = Instant::now();
+    let deep_idle_after = Duration::from_millis(settings.deep_idle_after_ms);
     loop {
         let fetched = tokio::select! {
             r = pc.fetch_records(offset, 1..settings.max_bytes, settings.max_wait_ms) => r?,
@@ -195,11 +196,7 @@ async fn consume<H: BatchHandler>(
             p.running = true;
         }
         let Some(last) = records.last() else {
-            let sleep = if last_busy.elapsed() >= Duration::from_millis(settings.deep_idle_after_ms) {
-                Duration::from_millis(settings.deep_idle_ms)
-            } else {
-                idle
-            };
+            let sleep = if last_busy.elapsed() >= deep_idle_after { Duration::from_millis(settings.deep_idle_ms) } else { idle };
             tokio::select! {
                 _ = tokio::time::sleep(sleep) => {},
                 _ = activity.notified() => last_busy = Instant::now(),
@@ -210,7 +207,7 @@ async fn consume<H: BatchHandler>(
         };
         idle = Duration::from_millis(1);
         // Out of a quiet time: the siblings are likely to get records too; wake them.
-        if last_busy.elapsed() >= Duration::from_millis(settings.deep_idle_after_ms) {
+        if last_busy.elapsed() >= deep_idle_after {
             activity.notify_waiters();
         }
         last_busy = Instant::now();

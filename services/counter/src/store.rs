@@ -122,10 +122,7 @@ impl Store {
     pub async fn sync_edges(&self, counts: &[EdgeCounts], force: bool) -> Result<Vec<Option<Option<Sds>>>, CacheError> {
         let mut pipe = redis::pipe();
         for c in counts {
-            let mut inv = self.scripts.sync_edges.prepare_invoke();
-            self.user_keys(&mut inv, c.user_id);
-            inv.arg(c.followings).arg(c.followers).arg(c.version).arg(if force { "1" } else { "0" });
-            pipe.invoke_script(&inv);
+            self.push_sync_edges(&mut pipe, c, force);
         }
         self.query(&pipe)
             .await?
@@ -144,18 +141,30 @@ impl Store {
     pub async fn create(&self, counts: &[EdgeCounts], periods: &[(i64, u64)]) -> Result<Vec<Option<Sds>>, CacheError> {
         let mut pipe = redis::pipe();
         for c in counts {
-            let mut inv = self.scripts.sync_edges.prepare_invoke();
-            self.user_keys(&mut inv, c.user_id);
-            inv.arg(c.followings).arg(c.followers).arg(c.version).arg("0");
-            pipe.invoke_script(&inv).ignore();
+            self.push_sync_edges(&mut pipe, c, false);
+            pipe.ignore();
         }
-        for (u, rest_secs) in periods {
-            pipe.cmd("SET").arg(self.keys.user_check(*u)).arg(1).arg("NX").arg("EX").arg(*rest_secs).ignore();
+        for &(u, rest_secs) in periods {
+            self.push_check_period(&mut pipe, u, rest_secs);
+            pipe.ignore();
         }
         for c in counts {
             pipe.get(self.keys.user_counters(c.user_id));
         }
         Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
+    }
+
+    /// Appends the `SYNC_EDGES` script for one user's counts to `pipe`.
+    fn push_sync_edges(&self, pipe: &mut redis::Pipeline, c: &EdgeCounts, force: bool) {
+        let mut inv = self.scripts.sync_edges.prepare_invoke();
+        self.user_keys(&mut inv, c.user_id);
+        inv.arg(c.followings).arg(c.followers).arg(c.version).arg(if force { "1" } else { "0" });
+        pipe.invoke_script(&inv);
+    }
+
+    /// Appends the start of one user's check rest period (`SET NX EX`) to `pipe`.
+    fn push_check_period(&self, pipe: &mut redis::Pipeline, user_id: i64, rest_secs: u64) {
+        pipe.cmd("SET").arg(self.keys.user_check(user_id)).arg(1).arg("NX").arg("EX").arg(rest_secs);
     }
 
     fn user_keys(&self, inv: &mut redis::ScriptInvocation<'_>, user_id: i64) {
@@ -258,8 +267,8 @@ impl Store {
     /// together do not fall due together).
     pub async fn checks_due(&self, users: &[(i64, u64)]) -> Result<Vec<i64>, CacheError> {
         let mut pipe = redis::pipe();
-        for (u, rest_secs) in users {
-            pipe.cmd("SET").arg(self.keys.user_check(*u)).arg(1).arg("NX").arg("EX").arg(*rest_secs);
+        for &(u, rest_secs) in users {
+            self.push_check_period(&mut pipe, u, rest_secs);
         }
         let replies = self.query(&pipe).await?;
         Ok(users.iter().zip(replies).filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_))).map(|((u, _), _)| *u).collect())
