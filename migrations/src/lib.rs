@@ -18,6 +18,8 @@ mod m20261201_000001_create_user_counter;
 mod m20261201_000002_create_action_fact;
 mod m20261201_000003_create_entity_counter;
 mod m20261201_000004_create_following_followee_index;
+mod m20261201_000010_create_block_and_mute;
+mod m20261201_000011_add_following_blocked;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -31,6 +33,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000003_create_outbox::Migration),
             Box::new(m20261130_000004_create_consumer_offset::Migration),
             Box::new(m20261130_000005_create_edge_count::Migration),
+            Box::new(m20261201_000010_create_block_and_mute::Migration),
+            Box::new(m20261201_000011_add_following_blocked::Migration),
         ]
     }
 }

@@ -94,6 +94,13 @@ impl Edge {
             updated_at_ms: now_ms,
         }
     }
+
+    /// This edge after an unfollow written at `now_ms`: "not following", one version past this
+    /// one, `followed_at_ms` kept (the time of the follow that ended).
+    #[must_use]
+    pub fn unfollowed(&self, now_ms: i64) -> Self {
+        Self { state: EdgeState::NotFollowing, version: self.version + 1, updated_at_ms: now_ms, ..*self }
+    }
 }
 
 /// Longest entity type, in bytes.

@@ -46,6 +46,10 @@ pub enum ListKind {
     CommonFollowing = 3,
     /// `ListFamiliarFollowers(viewer_id, user_id)`.
     FamiliarFollowers = 4,
+    /// `ListBlocks(user_id)` (entries ordered by block time).
+    Blocks = 5,
+    /// `ListMutes(user_id)` (entries ordered by mute time).
+    Mutes = 6,
 }
 
 /// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`) descending.

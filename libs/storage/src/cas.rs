@@ -26,8 +26,10 @@ pub enum CasOutcome {
 }
 
 /// Writes `edge` (state Following, its new version and times) and `event` if the stored row
-/// still has version `expected` (0: no row) and is not already following, and the follower
-/// has fewer than `cap` "following" edges (counted over at most `cap` index entries).
+/// still has version `expected` (0: no row) and is neither following nor blocked, and the
+/// follower has fewer than `cap` "following" edges (counted over at most `cap` index entries).
+/// A row written meanwhile by a concurrent writer (a block included) is re-checked by
+/// PostgreSQL after that writer commits, so a block that committed first always wins.
 ///
 /// # Errors
 /// Database errors (a lost connection, a deadlock; a unique race cannot occur).
@@ -39,7 +41,7 @@ pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, ca
             SELECT $1, $2, $3, $4, $5, $6 FROM cap WHERE cap.n < $8 \
             ON CONFLICT (follower_id, followee_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version, \
                 followed_at_ms = EXCLUDED.followed_at_ms, updated_at_ms = EXCLUDED.updated_at_ms \
-            WHERE t.version = $7 AND t.state <> $3 \
+            WHERE t.version = $7 AND t.state <> $3 AND NOT t.blocked \
             RETURNING 1 \
         ), o AS ( \
             INSERT INTO outbox (topic, partition_key, payload, headers, created_at_ms) SELECT $9, $10, $11, $12, $13 FROM e RETURNING 1 \

@@ -1,7 +1,7 @@
 //! The `following` table (keyed follower → followee) and its projection `follower` (keyed
 //! followee → follower): identical columns, read and written through one [`EdgeTable`].
 
-use sea_orm::sea_query::{Alias, Cond, Expr, ExprTrait, JoinType, LockType, Order, Query, SelectStatement};
+use sea_orm::sea_query::{Alias, Cond, Expr, ExprTrait, JoinType, LockType, OnConflict, Order, Query, SelectStatement};
 use sea_orm::{ConnectionTrait, DbErr, QueryResult};
 pub use socialgraph_domain::ListEntry;
 use socialgraph_domain::{Cursor, Edge, EdgeState};
@@ -21,6 +21,8 @@ pub enum Col {
     FollowedAtMs,
     /// `updated_at_ms`
     UpdatedAtMs,
+    /// `blocked` (`following` only): either user of the pair blocks the other.
+    Blocked,
 }
 
 const COLS: [Col; 6] = [Col::FollowerId, Col::FolloweeId, Col::State, Col::Version, Col::FollowedAtMs, Col::UpdatedAtMs];
@@ -90,6 +92,72 @@ pub async fn get<C: ConnectionTrait>(
         q.lock(LockType::Update);
     }
     conn.query_one(&q).await?.as_ref().map(edge_from_row).transpose()
+}
+
+/// Reads one `following` row with its `blocked` flag, for a write that must refuse a blocked
+/// pair; with `for_update` the row is locked until the transaction ends.
+///
+/// # Errors
+/// Database errors.
+pub async fn get_following<C: ConnectionTrait>(
+    conn: &C,
+    follower_id: i64,
+    followee_id: i64,
+    for_update: bool,
+) -> Result<Option<(Edge, bool)>, DbErr> {
+    let mut q = select_edges(EdgeTable::Following);
+    q.column(Col::Blocked).and_where(Expr::col(Col::FollowerId).eq(follower_id)).and_where(Expr::col(Col::FolloweeId).eq(followee_id));
+    if for_update {
+        q.lock(LockType::Update);
+    }
+    match conn.query_one(&q).await? {
+        Some(row) => Ok(Some((edge_from_row(&row)?, row.try_get_by_index(6)?))),
+        None => Ok(None),
+    }
+}
+
+/// Sets the `blocked` flag of the `following` row follower → followee, creating the row (state
+/// not following, version 0, followed_at 0) when the pair never followed, so that a concurrent
+/// first Follow of the pair meets the row and its flag. Takes the row's lock.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_blocked<C: ConnectionTrait>(conn: &C, follower_id: i64, followee_id: i64, blocked: bool, now_ms: i64) -> Result<(), DbErr> {
+    let q = Query::insert()
+        .into_table(EdgeTable::Following.name())
+        .columns(COLS.into_iter().chain([Col::Blocked]))
+        .values_panic([
+            follower_id.into(),
+            followee_id.into(),
+            EdgeState::NotFollowing.as_i16().into(),
+            0_i64.into(),
+            0_i64.into(),
+            now_ms.into(),
+            blocked.into(),
+        ])
+        .on_conflict(OnConflict::columns([Col::FollowerId, Col::FolloweeId]).update_column(Col::Blocked).to_owned())
+        .to_owned();
+    conn.execute(&q).await.map(|_| ())
+}
+
+/// The pairs among `pairs` whose `following` row is marked blocked.
+///
+/// # Errors
+/// Database errors.
+pub async fn blocked_among<C: ConnectionTrait>(conn: &C, pairs: &[(i64, i64)]) -> Result<std::collections::HashSet<(i64, i64)>, DbErr> {
+    let mut out = std::collections::HashSet::new();
+    for chunk in pairs.chunks(MAX_TUPLES_PER_QUERY) {
+        let q = Query::select()
+            .columns([Col::FollowerId, Col::FolloweeId])
+            .from(EdgeTable::Following.name())
+            .and_where(Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)]).in_tuples(chunk.iter().copied()))
+            .and_where(Expr::col(Col::Blocked).eq(true))
+            .to_owned();
+        for row in conn.query_all(&q).await? {
+            out.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
+        }
+    }
+    Ok(out)
 }
 
 /// Reads the edges among `pairs` (follower_id, followee_id) that exist, in no particular order;
@@ -288,12 +356,15 @@ pub struct ScanFilter {
     pub followee_id: Option<i64>,
 }
 
-/// Up to `limit` rows of `table` (all states) in (follower_id, followee_id) order.
+/// Up to `limit` rows of `table` (all states) in (follower_id, followee_id) order. Rows of
+/// version 0 (made by a block for a pair that never followed; no event ever named them) are
+/// not edges and are left out.
 ///
 /// # Errors
 /// Database errors.
 pub async fn scan<C: ConnectionTrait>(conn: &C, table: EdgeTable, f: ScanFilter, limit: usize) -> Result<Vec<Edge>, DbErr> {
     let mut q = select_edges(table);
+    q.and_where(Expr::col(Col::Version).gt(0));
     q.order_by(Col::FollowerId, Order::Asc).order_by(Col::FolloweeId, Order::Asc).limit(limit as u64);
     if let Some((fr, fe)) = f.after {
         q.cond_where(

@@ -11,6 +11,7 @@ pub mod edges;
 pub mod leader;
 pub mod offsets;
 pub mod outbox;
+pub mod restrictions;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};
 

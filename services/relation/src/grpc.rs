@@ -9,6 +9,7 @@ use socialgraph_proto::relation::v1 as pb;
 use socialgraph_proto::relation::v1::relation_service_server::RelationService;
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::edges::{ListEntry, ScanFilter};
+use socialgraph_storage::restrictions::Restriction;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -41,14 +42,23 @@ fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
     list.into_iter().map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
 }
 
-fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>)) -> pb::Relationship {
+/// One relationship from the edges both ways and the restrictions (blocking, blocked_by,
+/// muting).
+fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>), (blocking, blocked_by, muting): (bool, bool, bool)) -> pb::Relationship {
     pb::Relationship {
         other_user_id: other,
         following: out.is_some(),
         followed_by: inc.is_some(),
         followed_at: out.map(|e| timestamp_from_ms(e.followed_at_ms)),
         followed_by_at: inc.map(|e| timestamp_from_ms(e.followed_at_ms)),
+        blocking,
+        blocked_by,
+        muting,
     }
+}
+
+fn restricted(list: Vec<ListEntry>) -> Vec<pb::RestrictedAccount> {
+    list.into_iter().map(|e| pb::RestrictedAccount { user_id: e.user_id, created_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
 }
 
 /// Validates one import message whole, before any of it is written.
@@ -82,6 +92,7 @@ fn add(total: &mut ImportCounts, c: ImportCounts) {
     total.imported += c.imported;
     total.skipped_self_loops += c.skipped_self_loops;
     total.skipped_duplicates += c.skipped_duplicates;
+    total.skipped_blocked += c.skipped_blocked;
 }
 
 #[tonic::async_trait]
@@ -113,7 +124,8 @@ impl RelationService for RelationGrpc {
         validate_user_id("other_user_id", r.other_user_id).map_err(ApiError::from)?;
         let mut rel = self.relations.relationships(r.user_id, &[r.other_user_id], "other_user_id").await?;
         let pair = rel.pop().unwrap_or((None, None));
-        Ok(Response::new(pb::GetRelationshipResponse { relationship: Some(relationship(r.other_user_id, pair)) }))
+        let flags = self.relations.restrictions_with(r.user_id, &[r.other_user_id]).await?.pop().unwrap_or_default();
+        Ok(Response::new(pb::GetRelationshipResponse { relationship: Some(relationship(r.other_user_id, pair, flags)) }))
     }
 
     async fn batch_get_relationships(
@@ -122,7 +134,8 @@ impl RelationService for RelationGrpc {
     ) -> Result<Response<pb::BatchGetRelationshipsResponse>, Status> {
         let r = req.into_inner();
         let rel = self.relations.relationships(r.user_id, &r.other_user_ids, "other_user_ids").await?;
-        let relationships = r.other_user_ids.iter().zip(rel).map(|(&o, p)| relationship(o, p)).collect();
+        let flags = self.relations.restrictions_with(r.user_id, &r.other_user_ids).await?;
+        let relationships = r.other_user_ids.iter().zip(rel).zip(flags).map(|((&o, p), f)| relationship(o, p, f)).collect();
         Ok(Response::new(pb::BatchGetRelationshipsResponse { relationships }))
     }
 
@@ -159,12 +172,55 @@ impl RelationService for RelationGrpc {
             imported: total.imported,
             skipped_self_loops: total.skipped_self_loops,
             skipped_duplicates: total.skipped_duplicates,
+            skipped_blocked: total.skipped_blocked,
         }))
     }
 
     async fn count_following(&self, req: Request<pb::CountFollowingRequest>) -> Result<Response<pb::CountFollowingResponse>, Status> {
         let count = self.relations.count_following(req.into_inner().user_id).await?;
         Ok(Response::new(pb::CountFollowingResponse { count }))
+    }
+
+    async fn block(&self, req: Request<pb::BlockRequest>) -> Result<Response<pb::BlockResponse>, Status> {
+        let r = req.into_inner();
+        let out = self.relations.block(r.blocker_id, r.blocked_id).await?;
+        Ok(Response::new(pb::BlockResponse { changed: out.changed, edges_removed: out.edges_removed }))
+    }
+
+    async fn unblock(&self, req: Request<pb::UnblockRequest>) -> Result<Response<pb::UnblockResponse>, Status> {
+        let r = req.into_inner();
+        let changed = self.relations.unblock(r.blocker_id, r.blocked_id).await?;
+        Ok(Response::new(pb::UnblockResponse { changed }))
+    }
+
+    async fn mute(&self, req: Request<pb::MuteRequest>) -> Result<Response<pb::MuteResponse>, Status> {
+        let r = req.into_inner();
+        let changed = self.relations.set_mute(r.muter_id, r.muted_id, true).await?;
+        Ok(Response::new(pb::MuteResponse { changed }))
+    }
+
+    async fn unmute(&self, req: Request<pb::UnmuteRequest>) -> Result<Response<pb::UnmuteResponse>, Status> {
+        let r = req.into_inner();
+        let changed = self.relations.set_mute(r.muter_id, r.muted_id, false).await?;
+        Ok(Response::new(pb::UnmuteResponse { changed }))
+    }
+
+    async fn list_blocks(&self, req: Request<pb::ListBlocksRequest>) -> Result<Response<pb::ListBlocksResponse>, Status> {
+        let r = req.into_inner();
+        let page = self.relations.list_restrictions(Restriction::Block, r.user_id, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListBlocksResponse { accounts: restricted(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn list_mutes(&self, req: Request<pb::ListMutesRequest>) -> Result<Response<pb::ListMutesResponse>, Status> {
+        let r = req.into_inner();
+        let page = self.relations.list_restrictions(Restriction::Mute, r.user_id, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListMutesResponse { accounts: restricted(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn remove_follower(&self, req: Request<pb::RemoveFollowerRequest>) -> Result<Response<pb::RemoveFollowerResponse>, Status> {
+        let r = req.into_inner();
+        let out = self.relations.remove_follower(r.user_id, r.follower_id).await?;
+        Ok(Response::new(pb::RemoveFollowerResponse { changed: out.changed, version: out.version }))
     }
 
     type ScanEdgesStream = ReceiverStream<Result<pb::ScanEdgesResponse, Status>>;
@@ -179,6 +235,11 @@ impl RelationService for RelationGrpc {
         };
         if r.limit < 0 {
             return Err(ApiError::invalid("limit", "must be >= 0").into());
+        }
+        for (field, id) in [("follower_id", r.follower_id), ("followee_id", r.followee_id)] {
+            if id < 0 {
+                return Err(ApiError::invalid(field, format!("must be 0 (no filter) or a user id > 0, got {id}")).into());
+            }
         }
         let mut filter = ScanFilter {
             after: r.after.map(|c| (c.follower_id, c.followee_id)),

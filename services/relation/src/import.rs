@@ -24,6 +24,8 @@ pub struct ImportCounts {
     pub skipped_self_loops: i64,
     /// Edges already followed, skipped.
     pub skipped_duplicates: i64,
+    /// Edges of a blocked pair, skipped.
+    pub skipped_blocked: i64,
 }
 
 /// One edge to import: (follower, followee, followed_at_ms).
@@ -36,9 +38,10 @@ impl Relations {
     /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
     pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
         let (wanted, mut counts) = dedup_import(chunk);
-        let (imported, dups) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await.map_err(TxError::Db));
+        let (imported, dups, blocked) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await.map_err(TxError::Db));
         counts.imported = imported;
         counts.skipped_duplicates += dups;
+        counts.skipped_blocked = blocked;
         if imported > 0 {
             self.relay_wake.notify_one();
         }
@@ -47,8 +50,9 @@ impl Relations {
 
     /// Writes one chunk: on PostgreSQL the edges that are new in one array statement first;
     /// then the rest (all of them elsewhere) read and locked, re-follows updated, repeats
-    /// counted; the events of all in one multi-row insert, in (follower, followee) order.
-    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(i64, i64), DbErr> {
+    /// counted, blocked pairs (whose rows a block always created) skipped; the events of all in
+    /// one multi-row insert, in (follower, followee) order. Returns (imported, repeats, blocked).
+    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(i64, i64, i64), DbErr> {
         let now = now_ms();
         let inserted: HashSet<(i64, i64)> = if txn.get_database_backend() == DbBackend::Postgres {
             let new: Vec<(i64, i64, i64)> = wanted.iter().map(|(&(f, e), &at)| (f, e, at)).collect();
@@ -59,11 +63,15 @@ impl Relations {
         let rest: Vec<(i64, i64)> = wanted.keys().filter(|p| !inserted.contains(p)).copied().collect();
         let existing: HashMap<(i64, i64), Edge> =
             edges::get_many(txn, EdgeTable::Following, &rest, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
+        let blocked = if rest.is_empty() { HashSet::new() } else { edges::blocked_among(txn, &rest).await? };
         let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
         for (&(follower_id, followee_id), &at) in wanted {
             if inserted.contains(&(follower_id, followee_id)) {
                 let edge = Edge::followed(follower_id, followee_id, None, at, now);
                 events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+                continue;
+            }
+            if blocked.contains(&(follower_id, followee_id)) {
                 continue;
             }
             let old = existing.get(&(follower_id, followee_id));
@@ -80,7 +88,7 @@ impl Relations {
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
         outbox::insert(txn, &events).await?;
-        Ok((events.len() as i64, dups))
+        Ok((events.len() as i64, dups, blocked.len() as i64))
     }
 
     /// Import batch size from config.

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod grpc;
 pub mod import;
+pub mod restrict;
 pub mod service;
 
 use std::sync::Arc;

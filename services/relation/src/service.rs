@@ -51,7 +51,7 @@ pub(crate) use in_tx;
 
 /// The relation service's state, shared by every RPC.
 pub struct Relations {
-    db: DatabaseConnection,
+    pub(crate) db: DatabaseConnection,
     /// The per-follower token bucket; `None` in the embedded mode, which has no Redis.
     limiter: Option<TokenBucket>,
     keys: Keys,
@@ -168,7 +168,7 @@ impl Relations {
     /// Makes `follower_id` follow `followee_id`; see the RPC's contract.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad ids, SELF_FOLLOW), FAILED_PRECONDITION (FOLLOWING_LIMIT),
+    /// INVALID_ARGUMENT (bad ids, SELF_FOLLOW), FAILED_PRECONDITION (FOLLOWING_LIMIT, BLOCKED),
     /// RESOURCE_EXHAUSTED (RATE_LIMITED), UNAVAILABLE.
     pub async fn follow(&self, follower_id: i64, followee_id: i64) -> ApiResult<FollowOutcome> {
         validate_pair(follower_id, followee_id)?;
@@ -178,8 +178,9 @@ impl Relations {
                 violations: vec![Violation::new("followee_id", "a user cannot follow themselves")],
             });
         }
-        // A repeat costs no token and takes no lock.
-        let seen = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?;
+        // A repeat costs no token and takes no lock; nor does a refusal for a block.
+        let seen = edges::get_following(&self.db, follower_id, followee_id, false).await.map_err(db_error)?;
+        let seen = unblocked(seen)?;
         if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
             return Ok(FollowOutcome { changed: false, edge: e });
         }
@@ -217,7 +218,7 @@ impl Relations {
                 CasOutcome::Written => return Ok(FollowOutcome { changed: true, edge }),
                 CasOutcome::AtCap(count) => return Err(cap_reached(follower_id, count, cap)),
                 CasOutcome::Conflict => {
-                    seen = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)?;
+                    seen = unblocked(edges::get_following(&self.db, follower_id, followee_id, false).await.map_err(db_error)?)?;
                 }
             }
         }
@@ -234,7 +235,7 @@ impl Relations {
                 return Ok(UnfollowOutcome { changed: false, version: old.version });
             }
             let now = now_ms();
-            let edge = Edge { state: EdgeState::NotFollowing, version: old.version + 1, updated_at_ms: now, ..old };
+            let edge = old.unfollowed(now);
             let event = self.event_row(&edge, RelationEventKind::Unfollowed, now);
             let outcome =
                 socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::unfollow(&self.db, &edge, old.version, &event)).await.map_err(db_error)?;
@@ -246,7 +247,7 @@ impl Relations {
     }
 
     async fn follow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<FollowOutcome, TxError> {
-        let old = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await?;
+        let old = unblocked(edges::get_following(txn, follower_id, followee_id, true).await?).map_err(TxError::Api)?;
         if let Some(e) = old.filter(|e| e.state == EdgeState::Following) {
             return Ok(FollowOutcome { changed: false, edge: e });
         }
@@ -273,7 +274,7 @@ impl Relations {
             return Ok(UnfollowOutcome { changed: false, version: old.version });
         }
         let now = now_ms();
-        let edge = Edge { state: EdgeState::NotFollowing, version: old.version + 1, updated_at_ms: now, ..old };
+        let edge = old.unfollowed(now);
         edges::update(txn, EdgeTable::Following, &edge).await?;
         outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Unfollowed, now)]).await?;
         Ok(UnfollowOutcome { changed: true, version: edge.version })
@@ -382,6 +383,15 @@ impl TxError {
             Self::Api(e) => e,
             Self::Db(e) => db_error(e),
         }
+    }
+}
+
+/// The edge of a `following` row read with its block flag; FAILED_PRECONDITION BLOCKED when
+/// the pair is blocked.
+fn unblocked(row: Option<(Edge, bool)>) -> ApiResult<Option<Edge>> {
+    match row {
+        Some((_, true)) => Err(crate::restrict::blocked_error()),
+        row => Ok(row.map(|(e, _)| e)),
     }
 }
 

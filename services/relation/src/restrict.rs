@@ -1,0 +1,186 @@
+//! Blocks, mutes and removed followers: restrictions one user puts on another, owned by
+//! relation-svc beside the edges.
+//!
+//! A block ends the follow edges in both directions in its own transaction, with one
+//! Unfollowed event per edge that changed, so the projection and the counters need nothing
+//! new. While it stands neither user can follow the other. The rule is enforced on the edge
+//! row itself: a block sets `following.blocked` on both directions' rows (creating rows of
+//! version 0 for pairs that never followed), and every follow path refuses a blocked row.
+//! How each race is closed:
+//! - Follow vs Block, PostgreSQL compare-and-set: the Follow statement only writes a row that is
+//!   not blocked; a row the block wrote first is re-checked after the block commits, and a row
+//!   the Follow wrote first is locked, so the block waits and then ends it.
+//! - Follow vs Block, transaction path (MariaDB, SQLite): the Follow locks the row it reads;
+//!   a Follow inserting a row the block inserted meanwhile fails on the key and retries.
+//! - Block/Unblock vs each other: both lock the pair's two rows first, always in the same
+//!   order, and only then read or write the `block` rows, so the flag is computed from a
+//!   settled view ("blocked" = either direction blocks).
+
+use socialgraph_domain::{EdgeState, ListKind, Violation, validate_user_id};
+use socialgraph_proto::events::v1::RelationEventKind;
+use socialgraph_server::paging::page_request;
+use socialgraph_server::{ApiError, ApiResult, db_error};
+use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_storage::outbox;
+use socialgraph_storage::restrictions::{self, Restriction};
+
+use crate::service::{Page, Relations, TxError, UnfollowOutcome, in_tx, now_ms};
+
+/// Result of a Block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOutcome {
+    /// The block is new.
+    pub changed: bool,
+    /// Follow edges ended by this call (0..=2), one event each.
+    pub edges_removed: i32,
+}
+
+/// FAILED_PRECONDITION BLOCKED: one of the two users blocks the other. The same answer for
+/// both sides, so the blocked user learns nothing about who blocked whom.
+pub(crate) fn blocked_error() -> ApiError {
+    ApiError::FailedPrecondition { reason: "BLOCKED", message: "a block between these users prevents following".into(), metadata: Default::default() }
+}
+
+/// Both directions' rows of a pair, in the one order every block and unblock locks them.
+fn pair_rows(a: i64, b: i64) -> [(i64, i64); 2] {
+    let (lo, hi) = (a.min(b), a.max(b));
+    [(lo, hi), (hi, lo)]
+}
+
+/// Validates (owner, target) ids named `names`, refusing owner == target with `self_reason`.
+fn validate_restriction(names: (&str, &str), owner: i64, target: i64, self_reason: &'static str) -> ApiResult<()> {
+    let bad: Vec<Violation> = [validate_user_id(names.0, owner), validate_user_id(names.1, target)].into_iter().filter_map(Result::err).collect();
+    if !bad.is_empty() {
+        return Err(bad.into());
+    }
+    if owner == target {
+        return Err(ApiError::InvalidArgument { reason: self_reason, violations: vec![Violation::new(names.1, "must differ from the caller")] });
+    }
+    Ok(())
+}
+
+impl Relations {
+    /// `blocker_id` blocks `blocked_id`; see the RPC's contract.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad ids, SELF_BLOCK); UNAVAILABLE.
+    pub async fn block(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<BlockOutcome> {
+        validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
+        let out = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
+        if out.edges_removed > 0 {
+            self.relay_wake.notify_one();
+        }
+        Ok(out)
+    }
+
+    async fn block_tx(&self, txn: &sea_orm::DatabaseTransaction, blocker_id: i64, blocked_id: i64) -> Result<BlockOutcome, sea_orm::DbErr> {
+        let now = now_ms();
+        let rows = pair_rows(blocker_id, blocked_id);
+        for (f, e) in rows {
+            edges::mark_blocked(txn, f, e, true, now).await?;
+        }
+        if restrictions::exists(txn, Restriction::Block, blocker_id, blocked_id, false).await? {
+            return Ok(BlockOutcome { changed: false, edges_removed: 0 });
+        }
+        restrictions::insert(txn, Restriction::Block, blocker_id, blocked_id, now).await?;
+        let mut events = Vec::new();
+        for (f, e) in rows {
+            let Some((old, _)) = edges::get_following(txn, f, e, true).await? else { continue };
+            if old.state == EdgeState::Following {
+                let edge = old.unfollowed(now);
+                edges::update(txn, EdgeTable::Following, &edge).await?;
+                events.push(self.event_row(&edge, RelationEventKind::Unfollowed, now));
+            }
+        }
+        outbox::insert(txn, &events).await?;
+        Ok(BlockOutcome { changed: true, edges_removed: events.len() as i32 })
+    }
+
+    /// Lifts `blocker_id`'s block of `blocked_id`; true when there was one.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
+    pub async fn unblock(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<bool> {
+        validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
+        Ok(in_tx!(self, txn => async {
+            let rows = pair_rows(blocker_id, blocked_id);
+            for (f, e) in rows {
+                edges::get_following(&txn, f, e, true).await?;
+            }
+            if !restrictions::delete(&txn, Restriction::Block, blocker_id, blocked_id).await? {
+                return Ok(false);
+            }
+            if !restrictions::exists(&txn, Restriction::Block, blocked_id, blocker_id, false).await? {
+                let now = now_ms();
+                for (f, e) in rows {
+                    edges::mark_blocked(&txn, f, e, false, now).await?;
+                }
+            }
+            Ok::<_, sea_orm::DbErr>(true)
+        }
+        .await
+        .map_err(TxError::Db)))
+    }
+
+    /// `muter_id` mutes (`on`) or unmutes `muted_id`; true when that changed anything.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad ids, SELF_MUTE); UNAVAILABLE.
+    pub async fn set_mute(&self, muter_id: i64, muted_id: i64, on: bool) -> ApiResult<bool> {
+        validate_restriction(("muter_id", "muted_id"), muter_id, muted_id, "SELF_MUTE")?;
+        if !on {
+            return restrictions::delete(&self.db, Restriction::Mute, muter_id, muted_id).await.map_err(db_error);
+        }
+        // Two identical mutes at once: the second insert meets the key and retries, then sees it.
+        Ok(in_tx!(self, txn => async {
+            if restrictions::exists(&txn, Restriction::Mute, muter_id, muted_id, false).await? {
+                return Ok(false);
+            }
+            restrictions::insert(&txn, Restriction::Mute, muter_id, muted_id, now_ms()).await?;
+            Ok::<_, sea_orm::DbErr>(true)
+        }
+        .await
+        .map_err(TxError::Db)))
+    }
+
+    /// `user_id` removes `follower_id` from its followers: the edge follower → user ends.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
+    pub async fn remove_follower(&self, user_id: i64, follower_id: i64) -> ApiResult<UnfollowOutcome> {
+        let bad: Vec<Violation> =
+            [validate_user_id("user_id", user_id), validate_user_id("follower_id", follower_id)].into_iter().filter_map(Result::err).collect();
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        self.unfollow(follower_id, user_id).await
+    }
+
+    /// One page of `user_id`'s blocks or mutes, newest first.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id, page size or token; UNAVAILABLE.
+    pub async fn list_restrictions(&self, kind: Restriction, user_id: i64, page_size: i32, token: &str) -> ApiResult<Page> {
+        let list = match kind {
+            Restriction::Block => ListKind::Blocks,
+            Restriction::Mute => ListKind::Mutes,
+        };
+        let req = page_request(self.token_key(), list, &[("user_id", user_id)], page_size, token)?;
+        let rows = restrictions::list(&self.db, kind, user_id, req.after, req.size + 1).await.map_err(db_error)?;
+        Ok(self.token_key().finish(rows, req.size, list, user_id, 0))
+    }
+
+    /// For each of `others`: (`user_id` blocks it, it blocks `user_id`, `user_id` mutes it).
+    /// The ids are validated by the caller.
+    ///
+    /// # Errors
+    /// UNAVAILABLE.
+    pub async fn restrictions_with(&self, user_id: i64, others: &[i64]) -> ApiResult<Vec<(bool, bool, bool)>> {
+        let mut pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
+        let outgoing = pairs.len();
+        pairs.extend(others.iter().map(|&o| (o, user_id)));
+        let blocks = restrictions::among(&self.db, Restriction::Block, &pairs).await.map_err(db_error)?;
+        let mutes = restrictions::among(&self.db, Restriction::Mute, &pairs[..outgoing]).await.map_err(db_error)?;
+        Ok(others.iter().map(|&o| (blocks.contains(&(user_id, o)), blocks.contains(&(o, user_id)), mutes.contains(&(user_id, o)))).collect())
+    }
+}
