@@ -13,9 +13,10 @@ use crate::error::CliResult;
 use crate::generator::{GenOptions, write_snap};
 use crate::likes::{LikeOptions, load_likes as send_likes, read_ratings};
 use crate::load::{LoadOptions, load_follows as send_follows};
-use crate::output::{self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, print_json, print_rows};
+use crate::output::{self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, RestrictedRow, print_json, print_rows};
 use crate::query::{self, ListQuery};
 use crate::verify::{VerifyOptions, verify as run_verify};
+use crate::writes::{Write, write as send_write};
 
 /// Page size, token and whether to follow every next page token.
 #[derive(Debug, Clone, Default)]
@@ -53,14 +54,30 @@ pub async fn list(endpoints: &Endpoints, q: ListQuery, paging: Paging, json: boo
     } else {
         q.page(&mut client, paging.page_size.unwrap_or(0), paging.page_token).await?
     };
+    let footer = if next.is_empty() { String::new() } else { format!("next page token: {next}") };
+    if let ListQuery::Blocks { .. } | ListQuery::Mutes { .. } = q {
+        let rows: Vec<RestrictedRow> = entries.iter().map(|e| RestrictedRow { user_id: e.user_id, since: ms_time(e.followed_at_ms) }).collect();
+        let key = if matches!(q, ListQuery::Blocks { .. }) { "blocks" } else { "mutes" };
+        print_rows(&rows, json, &json!({ key: rows, "next_page_token": next }), &[footer]);
+        return Ok(());
+    }
     let rows: Vec<FollowRow> = entries.iter().map(|e| FollowRow { user_id: e.user_id, followed_at: ms_time(e.followed_at_ms) }).collect();
     let key = match q {
         ListQuery::Following { .. } => "following",
         ListQuery::Followers { .. } => "followers",
         _ => "accounts",
     };
-    let footer = if next.is_empty() { String::new() } else { format!("next page token: {next}") };
     print_rows(&rows, json, &json!({ key: rows, "next_page_token": next }), &[footer]);
+    Ok(())
+}
+
+/// Performs one change of the graph by `actor` on `other` and prints what it did.
+///
+/// # Errors
+/// Connection and RPC errors (the server's status: bad ids, BLOCKED, FOLLOWING_LIMIT, …).
+pub async fn change(endpoints: &Endpoints, what: Write, actor: i64, other: i64, json: bool) -> CliResult<()> {
+    let row = send_write(endpoints, what, actor, other).await?;
+    print_rows(std::slice::from_ref(&row), json, &row, &[]);
     Ok(())
 }
 
@@ -78,6 +95,9 @@ pub async fn relationship(endpoints: &Endpoints, user_id: i64, others: &[i64], j
             followed_by: r.followed_by,
             followed_at: ms_time(r.followed_at.as_ref().map(socialgraph_domain::timestamp_to_ms)),
             followed_by_at: ms_time(r.followed_by_at.as_ref().map(socialgraph_domain::timestamp_to_ms)),
+            blocking: r.blocking,
+            blocked_by: r.blocked_by,
+            muting: r.muting,
         })
         .collect();
     print_rows(&rows, json, &json!({ "user_id": user_id, "relationships": rows }), &[]);

@@ -31,6 +31,7 @@ pub mod output;
 pub mod query;
 pub mod rng;
 pub mod verify;
+pub mod writes;
 
 pub use edges::{EdgeFileOptions, EdgeFormat, FollowGraph, read_follow_file};
 pub use endpoints::Endpoints;

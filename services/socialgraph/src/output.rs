@@ -87,11 +87,17 @@ pub struct RelationshipRow {
     pub followed_at: Option<String>,
     /// When the other followed the user.
     pub followed_by_at: Option<String>,
+    /// The user blocks the other.
+    pub blocking: bool,
+    /// The other blocks the user.
+    pub blocked_by: bool,
+    /// The user mutes the other.
+    pub muting: bool,
 }
 
 impl TableRow for RelationshipRow {
     fn header() -> Vec<&'static str> {
-        vec!["other_user_id", "following", "followed_by", "followed_at", "followed_by_at"]
+        vec!["other_user_id", "following", "followed_by", "followed_at", "followed_by_at", "blocking", "blocked_by", "muting"]
     }
     fn cells(&self) -> Vec<String> {
         vec![
@@ -100,7 +106,28 @@ impl TableRow for RelationshipRow {
             self.followed_by.to_string(),
             self.followed_at.clone().unwrap_or_default(),
             self.followed_by_at.clone().unwrap_or_default(),
+            self.blocking.to_string(),
+            self.blocked_by.to_string(),
+            self.muting.to_string(),
         ]
+    }
+}
+
+/// A blocked or muted account as printed.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestrictedRow {
+    /// The account.
+    pub user_id: i64,
+    /// When it was blocked or muted, RFC 3339.
+    pub since: Option<String>,
+}
+
+impl TableRow for RestrictedRow {
+    fn header() -> Vec<&'static str> {
+        vec!["user_id", "since"]
+    }
+    fn cells(&self) -> Vec<String> {
+        vec![self.user_id.to_string(), self.since.clone().unwrap_or_default()]
     }
 }
 

@@ -42,9 +42,21 @@ pub enum ListQuery {
         /// Whose followers.
         user_id: i64,
     },
+    /// Accounts `user_id` blocks, newest block first (ListBlocks; the entry's time is the
+    /// block's).
+    Blocks {
+        /// Whose blocks.
+        user_id: i64,
+    },
+    /// Accounts `user_id` mutes, newest mute first (ListMutes).
+    Mutes {
+        /// Whose mutes.
+        user_id: i64,
+    },
 }
 
-/// One list entry: the account and the follow time that orders the list.
+/// One list entry: the account and the time that orders the list (of the follow; of the block
+/// or mute for those lists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listed {
     /// The account.
@@ -68,6 +80,10 @@ fn ms(ts: Option<&Timestamp>) -> Option<i64> {
 
 fn follow_entries(v: Vec<rel::FollowEntry>) -> Vec<Listed> {
     v.into_iter().map(|e| Listed { user_id: e.user_id, followed_at_ms: ms(e.followed_at.as_ref()) }).collect()
+}
+
+fn restricted_entries(v: Vec<rel::RestrictedAccount>) -> Vec<Listed> {
+    v.into_iter().map(|e| Listed { user_id: e.user_id, followed_at_ms: ms(e.created_at.as_ref()) }).collect()
 }
 
 impl ListQuery {
@@ -111,6 +127,14 @@ impl ListQuery {
                 let req = rel::ListFamiliarFollowersRequest { viewer_id, user_id, page_size, page_token };
                 let r = c.list_familiar_followers(req).await.map_err(relation_err)?.into_inner();
                 Ok((follow_entries(r.accounts), r.next_page_token))
+            }
+            (Self::Blocks { user_id }, ListClient::Relation(c)) => {
+                let r = c.list_blocks(rel::ListBlocksRequest { user_id, page_size, page_token }).await.map_err(relation_err)?.into_inner();
+                Ok((restricted_entries(r.accounts), r.next_page_token))
+            }
+            (Self::Mutes { user_id }, ListClient::Relation(c)) => {
+                let r = c.list_mutes(rel::ListMutesRequest { user_id, page_size, page_token }).await.map_err(relation_err)?.into_inner();
+                Ok((restricted_entries(r.accounts), r.next_page_token))
             }
             _ => Err(wrong()),
         }

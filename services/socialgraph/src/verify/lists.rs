@@ -39,6 +39,8 @@ fn describe(q: ListQuery) -> String {
         ListQuery::Familiar { viewer_id, user_id } => {
             format!("familiar followers of {user_id} for viewer {viewer_id}")
         }
+        ListQuery::Blocks { user_id } => format!("blocks of {user_id}"),
+        ListQuery::Mutes { user_id } => format!("mutes of {user_id}"),
     }
 }
 

@@ -107,6 +107,36 @@ pub enum Command {
         #[command(flatten)]
         paging: PagingArgs,
     },
+    /// USER follows OTHER.
+    Follow(PairArgs),
+    /// USER stops following OTHER.
+    Unfollow(PairArgs),
+    /// USER blocks OTHER: the follows both ways end; neither can follow the other until unblocked.
+    Block(PairArgs),
+    /// USER lifts the block of OTHER (no follow comes back).
+    Unblock(PairArgs),
+    /// USER mutes OTHER (no follow changes).
+    Mute(PairArgs),
+    /// USER lifts the mute of OTHER.
+    Unmute(PairArgs),
+    /// USER removes its follower OTHER (OTHER's follow of USER ends).
+    RemoveFollower(PairArgs),
+    /// Accounts USER blocks, newest block first.
+    Blocks {
+        /// The user.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        #[command(flatten)]
+        paging: PagingArgs,
+    },
+    /// Accounts USER mutes, newest mute first.
+    Mutes {
+        /// The user.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        #[command(flatten)]
+        paging: PagingArgs,
+    },
     /// Followings, followers, posts, likes and favs received of each USER.
     Counters {
         /// Users (any number; sent 1000 per request).
@@ -127,6 +157,17 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Write a seeded follow graph with skewed degrees as SNAP text.
     Gen(GenArgs),
+}
+
+/// The acting user and the other user of a change.
+#[derive(Debug, Args)]
+pub struct PairArgs {
+    /// The acting user.
+    #[arg(allow_negative_numbers = true)]
+    pub user: i64,
+    /// The other user.
+    #[arg(allow_negative_numbers = true)]
+    pub other: i64,
 }
 
 /// What `load` loads.

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use socialgraph_cli::commands;
 use socialgraph_cli::query::ListQuery;
+use socialgraph_cli::writes::Write;
 use socialgraph_cli::{CliResult, Endpoints};
 
 use crate::args::{Cli, Command, LoadCommand, VerifyArgs};
@@ -40,6 +41,15 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Familiar { viewer, user, paging } => {
             commands::list(e, ListQuery::Familiar { viewer_id: viewer, user_id: user }, paging.into(), json).await?
         }
+        Command::Follow(p) => commands::change(e, Write::Follow, p.user, p.other, json).await?,
+        Command::Unfollow(p) => commands::change(e, Write::Unfollow, p.user, p.other, json).await?,
+        Command::Block(p) => commands::change(e, Write::Block, p.user, p.other, json).await?,
+        Command::Unblock(p) => commands::change(e, Write::Unblock, p.user, p.other, json).await?,
+        Command::Mute(p) => commands::change(e, Write::Mute, p.user, p.other, json).await?,
+        Command::Unmute(p) => commands::change(e, Write::Unmute, p.user, p.other, json).await?,
+        Command::RemoveFollower(p) => commands::change(e, Write::RemoveFollower, p.user, p.other, json).await?,
+        Command::Blocks { user, paging } => commands::list(e, ListQuery::Blocks { user_id: user }, paging.into(), json).await?,
+        Command::Mutes { user, paging } => commands::list(e, ListQuery::Mutes { user_id: user }, paging.into(), json).await?,
         Command::Relationship { user, others } => commands::relationship(e, user, &others, json).await?,
         Command::Counters { users } => commands::counters(e, &users, json).await?,
         Command::EntityCounts { entity_type, ids } => commands::entity_counts(e, &entity_type, &ids, json).await?,
