@@ -204,3 +204,33 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let _ = std::fs::remove_dir_all(data.parent().expect("dir"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_embedded_mesh_applies_blocks_and_removed_followers_exactly() -> anyhow::Result<()> {
+    use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+    use socialgraph_proto::relation::v1::{BlockRequest, FollowRequest, RemoveFollowerRequest, UnblockRequest};
+    const USERS: i64 = 6;
+    let data = temp_file("dev.sqlite");
+    let dev = start(&data).await?;
+    let mut rc = RelationServiceClient::connect(dev.0.relation.clone()).await?;
+    for (a, b) in [(1, 2), (2, 1), (3, 1), (1, 4), (5, 1), (6, 2)] {
+        rc.follow(FollowRequest { follower_id: a, followee_id: b }).await?;
+    }
+    let r = rc.block(BlockRequest { blocker_id: 1, blocked_id: 2 }).await?.into_inner();
+    assert_eq!((r.changed, r.edges_removed), (true, 2));
+    let e = rc.follow(FollowRequest { follower_id: 2, followee_id: 1 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(rc.remove_follower(RemoveFollowerRequest { user_id: 1, follower_id: 5 }).await?.into_inner().changed);
+    assert!(rc.unblock(UnblockRequest { blocker_id: 1, blocked_id: 2 }).await?.into_inner().changed);
+    assert!(rc.follow(FollowRequest { follower_id: 2, followee_id: 1 }).await?.into_inner().changed);
+    let (following, _) = tables(&data).await?;
+    let exact = exact_counts(&following);
+    // Left: 3 → 1, 1 → 4, 6 → 2, 2 → 1.
+    assert_eq!((exact[&1], exact[&2]), ((1, 2), (1, 1)));
+    dev.settle(&exact, USERS).await?;
+    let (following, follower) = tables(&data).await?;
+    assert_projected(&following, &follower);
+    dev.stop().await?;
+    let _ = std::fs::remove_dir_all(data.parent().expect("dir"));
+    Ok(())
+}
