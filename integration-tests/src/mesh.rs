@@ -188,6 +188,27 @@ impl Mesh {
         .await
     }
 
+    /// Settles the mesh, then checks every view against the `following` table: the follower
+    /// table is the same rows transposed (an edge hidden by an inactive account is "not
+    /// following" there), and the counters of `users` are the exact counts.
+    ///
+    /// # Errors
+    /// Timed out, or an RPC or the database failed; a difference panics with both sides.
+    pub async fn assert_views_exact(&self, users: &[i64], deadline: Duration) -> anyhow::Result<()> {
+        use socialgraph_domain::EdgeState;
+        self.settle(deadline).await?;
+        let (following, follower) = both_tables(&self.db).await?;
+        let source: Vec<_> = following
+            .into_iter()
+            .map(|e| if e.state == EdgeState::Hidden { socialgraph_domain::Edge { state: EdgeState::NotFollowing, ..e } } else { e })
+            .collect();
+        assert_eq!(follower, source, "the follower table holds exactly the source's edges");
+        let exact = crate::model::Model::default().users(&self.db, users).await?;
+        let served = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
+        assert_eq!(served, exact, "counters equal the exact counts of the following table");
+        Ok(())
+    }
+
     /// Stops everything and drops the database.
     ///
     /// # Errors

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{ConnectionTrait, Statement};
-use socialgraph_integration_tests::model::{Model, served_users};
+use socialgraph_integration_tests::model::served_users;
 use socialgraph_integration_tests::*;
 use socialgraph_proto::projection::v1::{ListFollowersRequest, RebuildRequest, rebuild_request};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
@@ -40,16 +40,8 @@ async fn relationship(c: &mut RelationServiceClient<Channel>, a: i64, b: i64) ->
     r.relationship.ok_or_else(|| anyhow::anyhow!("no relationship in the answer"))
 }
 
-/// Settles the mesh, then checks every view against the `following` table: the follower table
-/// is the same rows transposed, and the counters of `users` are the exact counts.
 async fn assert_views_exact(m: &Mesh, users: &[i64]) -> anyhow::Result<()> {
-    m.settle(SETTLE).await?;
-    let (following, follower) = both_tables(&m.db).await?;
-    assert_eq!(follower, following, "the follower table holds exactly the source's edges");
-    let exact = Model::default().users(&m.db, users).await?;
-    let served = served_users(&mut m.counter.counter().await?, users).await?;
-    assert_eq!(served, exact, "counters equal the exact counts of the following table");
-    Ok(())
+    m.assert_views_exact(users, SETTLE).await
 }
 
 /// Rows of `following` that are "following" although one of the pair blocks the other, and

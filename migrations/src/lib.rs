@@ -20,6 +20,7 @@ mod m20261201_000003_create_entity_counter;
 mod m20261201_000004_create_following_followee_index;
 mod m20261201_000010_create_block_and_mute;
 mod m20261201_000011_add_following_blocked;
+mod m20261201_000012_create_account;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_create_edge_count::Migration),
             Box::new(m20261201_000010_create_block_and_mute::Migration),
             Box::new(m20261201_000011_add_following_blocked::Migration),
+            Box::new(m20261201_000012_create_account::Migration),
         ]
     }
 }

@@ -42,13 +42,18 @@ pub fn validate_batch(field: &str, ids: &[i64]) -> Result<(), Vec<Violation>> {
     if bad.is_empty() { Ok(()) } else { Err(bad) }
 }
 
-/// The state of an edge row: the `state` column (1 following, 0 not following).
+/// The state of an edge row: the `state` column (1 following, 0 not following, 2 hidden).
+/// Only "following" counts and lists; every other state is "not following" to every view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EdgeState {
     /// `state = 0`: the follower unfollowed (the row is kept so versions keep increasing).
     NotFollowing = 0,
     /// `state = 1`.
     Following = 1,
+    /// `state = 2` (`following` only): a follow put aside while one of its users is
+    /// deactivated or suspended; reactivation makes it "following" again with its old
+    /// `followed_at`. Its event said UNFOLLOWED, so every derived view holds "not following".
+    Hidden = 2,
 }
 
 impl EdgeState {
@@ -57,9 +62,13 @@ impl EdgeState {
         self as i16
     }
 
-    /// From the column value; anything but 1 reads as not following.
+    /// From the column value; anything but 1 and 2 reads as not following.
     pub fn from_i16(v: i16) -> Self {
-        if v == 1 { Self::Following } else { Self::NotFollowing }
+        match v {
+            1 => Self::Following,
+            2 => Self::Hidden,
+            _ => Self::NotFollowing,
+        }
     }
 }
 

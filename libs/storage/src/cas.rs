@@ -29,7 +29,9 @@ pub enum CasOutcome {
 /// still has version `expected` (0: no row) and is neither following nor blocked, and the
 /// follower has fewer than `cap` "following" edges (counted over at most `cap` index entries).
 /// A row written meanwhile by a concurrent writer (a block included) is re-checked by
-/// PostgreSQL after that writer commits, so a block that committed first always wins.
+/// PostgreSQL after that writer commits, so a block that committed first always wins. Nothing
+/// is written while either user's account is not active (as of the statement's snapshot; the
+/// account job waits out older snapshots).
 ///
 /// # Errors
 /// Database errors (a lost connection, a deadlock; a unique race cannot occur).
@@ -39,6 +41,7 @@ pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, ca
         ), e AS ( \
             INSERT INTO following AS t (follower_id, followee_id, state, version, followed_at_ms, updated_at_ms) \
             SELECT $1, $2, $3, $4, $5, $6 FROM cap WHERE cap.n < $8 \
+                AND NOT EXISTS (SELECT 1 FROM account WHERE user_id IN ($1, $2) AND status <> 0) \
             ON CONFLICT (follower_id, followee_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version, \
                 followed_at_ms = EXCLUDED.followed_at_ms, updated_at_ms = EXCLUDED.updated_at_ms \
             WHERE t.version = $7 AND t.state <> $3 AND NOT t.blocked \

@@ -5,6 +5,7 @@
 //! Every function takes any [`sea_orm::ConnectionTrait`] (a pool or an open transaction), so
 //! callers choose the transaction boundaries.
 
+pub mod accounts;
 pub mod cas;
 pub mod counts;
 pub mod edges;

@@ -118,3 +118,13 @@ pub async fn among<C: ConnectionTrait>(conn: &C, kind: Restriction, pairs: &[(i6
     }
     Ok(out)
 }
+
+/// Deletes every restriction `user_id` makes or is subject to; returns how many.
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_all_of<C: ConnectionTrait>(conn: &C, kind: Restriction, user_id: i64) -> Result<u64, DbErr> {
+    let (o, t) = kind.cols();
+    let q = Query::delete().from_table(kind.table()).cond_where(Cond::any().add(Expr::col(o).eq(user_id)).add(Expr::col(t).eq(user_id))).to_owned();
+    Ok(conn.execute(&q).await?.rows_affected())
+}

@@ -148,6 +148,12 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         })
     };
     let relations = socialgraph_relation::build(db.clone(), None, &relation_config, relation_wake, &registry)?;
+    let account_jobs = tokio::spawn(socialgraph_relation::lifecycle::run_jobs(
+        Arc::clone(&relations),
+        relations.jobs_wake(),
+        socialgraph_relation::ACCOUNT_JOB_POLL,
+        loops.clone(),
+    ));
 
     let progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
@@ -189,7 +195,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         serve(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter),
     );
     loops.cancel();
-    let _ = tokio::join!(projection_loop, counter_loop, admin, forward);
+    let _ = tokio::join!(projection_loop, counter_loop, admin, forward, account_jobs);
     db.close().await.ok();
     r.and(p).and(c)
 }

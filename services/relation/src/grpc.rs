@@ -8,8 +8,11 @@ use socialgraph_domain::{Edge, ListKind, timestamp_from_ms, timestamp_to_ms, val
 use socialgraph_proto::relation::v1 as pb;
 use socialgraph_proto::relation::v1::relation_service_server::RelationService;
 use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::accounts::{Account, AccountJob, AccountStatus};
 use socialgraph_storage::edges::{ListEntry, ScanFilter};
 use socialgraph_storage::restrictions::Restriction;
+
+use crate::lifecycle::Caller;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -36,6 +39,15 @@ impl RelationGrpc {
     fn require_admin<T>(&self, req: &Request<T>) -> ApiResult<()> {
         socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())
     }
+
+    /// An administrator when the request carries authorization (which must then be the admin
+    /// token), the account's owner otherwise.
+    fn caller<T>(&self, req: &Request<T>) -> ApiResult<Caller> {
+        if req.metadata().get("authorization").is_none() {
+            return Ok(Caller::Owner);
+        }
+        self.require_admin(req).map(|()| Caller::Admin)
+    }
 }
 
 fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
@@ -59,6 +71,28 @@ fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>), (blocking,
 
 fn restricted(list: Vec<ListEntry>) -> Vec<pb::RestrictedAccount> {
     list.into_iter().map(|e| pb::RestrictedAccount { user_id: e.user_id, created_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
+}
+
+fn account_pb(a: &Account) -> pb::Account {
+    let status = match a.status {
+        AccountStatus::Active => pb::AccountStatus::Active,
+        AccountStatus::Deactivated => pb::AccountStatus::Deactivated,
+        AccountStatus::Suspended => pb::AccountStatus::Suspended,
+        AccountStatus::Deleting => pb::AccountStatus::Deleting,
+    };
+    let job = match a.job {
+        AccountJob::None => pb::AccountJob::None,
+        AccountJob::Hide => pb::AccountJob::Hide,
+        AccountJob::Restore => pb::AccountJob::Restore,
+        AccountJob::Delete => pb::AccountJob::Delete,
+    };
+    pb::Account {
+        user_id: a.user_id,
+        status: status as i32,
+        job: job as i32,
+        edges_done: a.edges_done,
+        changed_at: (a.changed_at_ms > 0).then(|| timestamp_from_ms(a.changed_at_ms)),
+    }
 }
 
 /// Validates one import message whole, before any of it is written.
@@ -93,6 +127,7 @@ fn add(total: &mut ImportCounts, c: ImportCounts) {
     total.skipped_self_loops += c.skipped_self_loops;
     total.skipped_duplicates += c.skipped_duplicates;
     total.skipped_blocked += c.skipped_blocked;
+    total.skipped_inactive += c.skipped_inactive;
 }
 
 #[tonic::async_trait]
@@ -173,6 +208,7 @@ impl RelationService for RelationGrpc {
             skipped_self_loops: total.skipped_self_loops,
             skipped_duplicates: total.skipped_duplicates,
             skipped_blocked: total.skipped_blocked,
+            skipped_inactive: total.skipped_inactive,
         }))
     }
 
@@ -221,6 +257,29 @@ impl RelationService for RelationGrpc {
         let r = req.into_inner();
         let out = self.relations.remove_follower(r.user_id, r.follower_id).await?;
         Ok(Response::new(pb::RemoveFollowerResponse { changed: out.changed, version: out.version }))
+    }
+
+    async fn set_account_status(&self, req: Request<pb::SetAccountStatusRequest>) -> Result<Response<pb::SetAccountStatusResponse>, Status> {
+        let caller = self.caller(&req)?;
+        let r = req.into_inner();
+        let status = match pb::AccountStatus::try_from(r.status) {
+            Ok(pb::AccountStatus::Active) => AccountStatus::Active,
+            Ok(pb::AccountStatus::Deactivated) => AccountStatus::Deactivated,
+            Ok(pb::AccountStatus::Suspended) => AccountStatus::Suspended,
+            _ => return Err(ApiError::invalid("status", "must be ACTIVE, DEACTIVATED or SUSPENDED (DeleteAccount deletes)").into()),
+        };
+        let (account, changed) = self.relations.set_account_status(r.user_id, status, caller).await?;
+        Ok(Response::new(pb::SetAccountStatusResponse { account: Some(account_pb(&account)), changed }))
+    }
+
+    async fn delete_account(&self, req: Request<pb::DeleteAccountRequest>) -> Result<Response<pb::DeleteAccountResponse>, Status> {
+        let (account, changed) = self.relations.delete_account(req.into_inner().user_id).await?;
+        Ok(Response::new(pb::DeleteAccountResponse { account: Some(account_pb(&account)), changed }))
+    }
+
+    async fn get_account(&self, req: Request<pb::GetAccountRequest>) -> Result<Response<pb::GetAccountResponse>, Status> {
+        let account = self.relations.account(req.into_inner().user_id).await?;
+        Ok(Response::new(pb::GetAccountResponse { account: Some(account_pb(&account)) }))
     }
 
     type ScanEdgesStream = ReceiverStream<Result<pb::ScanEdgesResponse, Status>>;

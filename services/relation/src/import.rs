@@ -1,15 +1,15 @@
 //! The bulk import (ImportFollows): validated chunks of edges, each written with its events in
 //! one transaction of multi-row statements (on PostgreSQL the new edges as arrays).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend};
 use socialgraph_domain::{Edge, EdgeState};
 use socialgraph_proto::events::v1::RelationEventKind;
 use socialgraph_server::ApiResult;
-use socialgraph_storage::cas;
 use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::outbox;
+use socialgraph_storage::{accounts, cas};
 
 use crate::service::{Relations, TxError, in_tx, now_ms};
 
@@ -26,6 +26,8 @@ pub struct ImportCounts {
     pub skipped_duplicates: i64,
     /// Edges of a blocked pair, skipped.
     pub skipped_blocked: i64,
+    /// Edges of a user whose account is not active, skipped.
+    pub skipped_inactive: i64,
 }
 
 /// One edge to import: (follower, followee, followed_at_ms).
@@ -38,10 +40,11 @@ impl Relations {
     /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
     pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
         let (wanted, mut counts) = dedup_import(chunk);
-        let (imported, dups, blocked) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await.map_err(TxError::Db));
+        let (imported, dups, blocked, inactive) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await);
         counts.imported = imported;
         counts.skipped_duplicates += dups;
         counts.skipped_blocked = blocked;
+        counts.skipped_inactive = inactive;
         if imported > 0 {
             self.relay_wake.notify_one();
         }
@@ -51,9 +54,23 @@ impl Relations {
     /// Writes one chunk: on PostgreSQL the edges that are new in one array statement first;
     /// then the rest (all of them elsewhere) read and locked, re-follows updated, repeats
     /// counted, blocked pairs (whose rows a block always created) skipped; the events of all in
-    /// one multi-row insert, in (follower, followee) order. Returns (imported, repeats, blocked).
-    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(i64, i64, i64), DbErr> {
+    /// one multi-row insert, in (follower, followee) order. Edges of inactive accounts are left
+    /// out, and checked again after the writes (see `lifecycle`): an account that became
+    /// inactive meanwhile makes the transaction run again. Returns (imported, repeats, blocked,
+    /// inactive).
+    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(i64, i64, i64, i64), TxError> {
         let now = now_ms();
+        let users: Vec<i64> = wanted.keys().flat_map(|&(f, e)| [f, e]).collect::<BTreeSet<i64>>().into_iter().collect();
+        let inactive = accounts::inactive_among(txn, &users).await?;
+        let all = wanted.len();
+        let kept: BTreeMap<(i64, i64), i64>;
+        let wanted = if inactive.is_empty() {
+            wanted
+        } else {
+            kept = wanted.iter().filter(|((f, e), _)| !inactive.contains(f) && !inactive.contains(e)).map(|(&k, &v)| (k, v)).collect();
+            &kept
+        };
+        let skipped_inactive = (all - wanted.len()) as i64;
         let inserted: HashSet<(i64, i64)> = if txn.get_database_backend() == DbBackend::Postgres {
             let new: Vec<(i64, i64, i64)> = wanted.iter().map(|(&(f, e), &at)| (f, e, at)).collect();
             cas::insert_new_edges(txn, &new, now).await?.into_iter().collect()
@@ -88,7 +105,10 @@ impl Relations {
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
         outbox::insert(txn, &events).await?;
-        Ok((events.len() as i64, dups, blocked.len() as i64))
+        if !events.is_empty() && accounts::inactive_among(txn, &users).await?.len() > inactive.len() {
+            return Err(TxError::Raced);
+        }
+        Ok((events.len() as i64, dups, blocked.len() as i64, skipped_inactive))
     }
 
     /// Import batch size from config.

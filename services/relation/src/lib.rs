@@ -6,6 +6,7 @@
 pub mod config;
 pub mod grpc;
 pub mod import;
+pub mod lifecycle;
 pub mod restrict;
 pub mod service;
 
@@ -25,6 +26,9 @@ pub use config::Config;
 
 /// Full gRPC name of the service (health and reflection).
 pub const SERVICE_NAME: &str = "socialgraph.relation.v1.RelationService";
+
+/// How often the account job runner looks for work when it was not woken.
+pub const ACCOUNT_JOB_POLL: Duration = Duration::from_millis(500);
 
 /// Admin methods whose duration grows with the data: exempt from the request timeout.
 pub const LONG_RUNNING: &[&str] = &["/socialgraph.relation.v1.RelationService/ImportFollows", "/socialgraph.relation.v1.RelationService/ScanEdges"];
@@ -87,6 +91,8 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let loops = CancellationToken::new();
     let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
 
+    let jobs = tokio::spawn(lifecycle::run_jobs(Arc::clone(&relations), relations.jobs_wake(), ACCOUNT_JOB_POLL, loops.clone()));
+
     let readiness = Readiness::default();
     readiness.set(true);
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
@@ -96,6 +102,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     if let Some(relay) = relay {
         let _ = relay.await;
     }
+    let _ = jobs.await;
     let _ = admin_task.await;
     db.close().await.ok();
     served

@@ -86,7 +86,7 @@ impl Relations {
         let mut events = Vec::new();
         for (f, e) in rows {
             let Some((old, _)) = edges::get_following(txn, f, e, true).await? else { continue };
-            if old.state == EdgeState::Following {
+            if old.state != EdgeState::NotFollowing {
                 let edge = old.unfollowed(now);
                 edges::update(txn, EdgeTable::Following, &edge).await?;
                 events.push(self.event_row(&edge, RelationEventKind::Unfollowed, now));

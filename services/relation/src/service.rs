@@ -16,6 +16,7 @@ use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
 use socialgraph_server::db_error;
 use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
+use socialgraph_storage::accounts;
 use socialgraph_storage::cas::{self, CasOutcome};
 use socialgraph_storage::edges::{self, Col, EdgeTable};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
@@ -61,6 +62,8 @@ pub struct Relations {
     pub(crate) relay_wake: Arc<Notify>,
     /// Follows let through because Redis was unreachable (fail-open).
     rate_limit_bypassed: IntCounter,
+    /// Wakes the account job runner after a status change.
+    pub(crate) jobs_wake: Arc<Notify>,
 }
 
 /// Result of a Follow.
@@ -104,7 +107,13 @@ impl Relations {
             )
         });
         let token_key = page_token_key(config.auth.page_token_secret.as_ref());
-        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed }
+        let jobs_wake = Arc::new(Notify::new());
+        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed, jobs_wake }
+    }
+
+    /// The notifier that wakes the account job runner ([`crate::lifecycle::run_jobs`]).
+    pub fn jobs_wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.jobs_wake)
     }
 
     /// The page-token key (shared with tests that forge tokens).
@@ -168,7 +177,8 @@ impl Relations {
     /// Makes `follower_id` follow `followee_id`; see the RPC's contract.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad ids, SELF_FOLLOW), FAILED_PRECONDITION (FOLLOWING_LIMIT, BLOCKED),
+    /// INVALID_ARGUMENT (bad ids, SELF_FOLLOW), FAILED_PRECONDITION (FOLLOWING_LIMIT, BLOCKED,
+    /// ACCOUNT_INACTIVE),
     /// RESOURCE_EXHAUSTED (RATE_LIMITED), UNAVAILABLE.
     pub async fn follow(&self, follower_id: i64, followee_id: i64) -> ApiResult<FollowOutcome> {
         validate_pair(follower_id, followee_id)?;
@@ -218,6 +228,9 @@ impl Relations {
                 CasOutcome::Written => return Ok(FollowOutcome { changed: true, edge }),
                 CasOutcome::AtCap(count) => return Err(cap_reached(follower_id, count, cap)),
                 CasOutcome::Conflict => {
+                    if !accounts::inactive_among(&self.db, &[follower_id, followee_id]).await.map_err(db_error)?.is_empty() {
+                        return Err(crate::lifecycle::inactive_error());
+                    }
                     seen = unblocked(edges::get_following(&self.db, follower_id, followee_id, false).await.map_err(db_error)?)?;
                 }
             }
@@ -231,7 +244,7 @@ impl Relations {
             let Some(old) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)? else {
                 return Ok(UnfollowOutcome { changed: false, version: 0 });
             };
-            if old.state != EdgeState::Following {
+            if old.state == EdgeState::NotFollowing {
                 return Ok(UnfollowOutcome { changed: false, version: old.version });
             }
             let now = now_ms();
@@ -263,6 +276,10 @@ impl Relations {
             None => edges::insert(txn, EdgeTable::Following, &[edge]).await?,
         }
         outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Followed, now)]).await?;
+        // Last, after the edge is written: see `lifecycle` on why the order matters.
+        if !accounts::inactive_among(txn, &[follower_id, followee_id]).await?.is_empty() {
+            return Err(TxError::Api(crate::lifecycle::inactive_error()));
+        }
         Ok(FollowOutcome { changed: true, edge })
     }
 
@@ -270,7 +287,7 @@ impl Relations {
         let Some(old) = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await? else {
             return Ok(UnfollowOutcome { changed: false, version: 0 });
         };
-        if old.state != EdgeState::Following {
+        if old.state == EdgeState::NotFollowing {
             return Ok(UnfollowOutcome { changed: false, version: old.version });
         }
         let now = now_ms();
@@ -362,6 +379,9 @@ impl Relations {
 pub(crate) enum TxError {
     Db(DbErr),
     Api(ApiError),
+    /// Something the transaction read changed under it (an account's status during an
+    /// import): run it again.
+    Raced,
 }
 
 impl From<DbErr> for TxError {
@@ -372,7 +392,7 @@ impl From<DbErr> for TxError {
 
 impl socialgraph_storage::RetryableError for TxError {
     fn is_retryable(&self) -> bool {
-        matches!(self, Self::Db(e) if socialgraph_storage::is_retryable(e))
+        matches!(self, Self::Raced) || matches!(self, Self::Db(e) if socialgraph_storage::is_retryable(e))
     }
 }
 
@@ -382,6 +402,7 @@ impl TxError {
         match self {
             Self::Api(e) => e,
             Self::Db(e) => db_error(e),
+            Self::Raced => edge_contended(),
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::load::{LoadOptions, load_follows as send_follows};
 use crate::output::{self, CountersRow, EntityRow, FollowRow, PartitionRow, RelationshipRow, RestrictedRow, print_json, print_rows};
 use crate::query::{self, ListQuery};
 use crate::verify::{VerifyOptions, verify as run_verify};
-use crate::writes::{Write, write as send_write};
+use crate::writes::{AccountAction, Write, write as send_write};
 
 /// Page size, token and whether to follow every next page token.
 #[derive(Debug, Clone, Default)]
@@ -77,6 +77,16 @@ pub async fn list(endpoints: &Endpoints, q: ListQuery, paging: Paging, json: boo
 /// Connection and RPC errors (the server's status: bad ids, BLOCKED, FOLLOWING_LIMIT, …).
 pub async fn change(endpoints: &Endpoints, what: Write, actor: i64, other: i64, json: bool) -> CliResult<()> {
     let row = send_write(endpoints, what, actor, other).await?;
+    print_rows(std::slice::from_ref(&row), json, &row, &[]);
+    Ok(())
+}
+
+/// Performs an account action on `user_id` and prints the account.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn account(endpoints: &Endpoints, action: AccountAction, user_id: i64, json: bool) -> CliResult<()> {
+    let row = crate::writes::account(endpoints, action, user_id).await?;
     print_rows(std::slice::from_ref(&row), json, &row, &[]);
     Ok(())
 }

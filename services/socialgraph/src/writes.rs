@@ -93,3 +93,85 @@ pub async fn write(endpoints: &Endpoints, write: Write, actor: i64, other: i64) 
     };
     Ok(WriteRow { action, user_id: actor, other_user_id: other, changed, detail })
 }
+
+/// A change of an account's lifecycle, or a look at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountAction {
+    /// GetAccount.
+    Show,
+    /// SetAccountStatus DEACTIVATED (the owner).
+    Deactivate,
+    /// SetAccountStatus ACTIVE: lifts a deactivation (or, with the admin token, a suspension).
+    Reactivate,
+    /// SetAccountStatus SUSPENDED (needs the admin token).
+    Suspend,
+    /// DeleteAccount (irreversible).
+    Delete,
+}
+
+/// An account as printed.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct AccountRow {
+    /// The user.
+    pub user_id: i64,
+    /// ACTIVE, DEACTIVATED, SUSPENDED or DELETING.
+    pub status: String,
+    /// The edge job in progress (NONE when the edges agree with the status).
+    pub job: String,
+    /// Edges the job changed so far.
+    pub edges_done: i64,
+    /// Whether this call changed anything (always false for `Show`).
+    pub changed: bool,
+}
+
+impl TableRow for AccountRow {
+    fn header() -> Vec<&'static str> {
+        vec!["user_id", "status", "job", "edges_done", "changed"]
+    }
+    fn cells(&self) -> Vec<String> {
+        vec![self.user_id.to_string(), self.status.clone(), self.job.clone(), self.edges_done.to_string(), self.changed.to_string()]
+    }
+}
+
+/// Performs `action` on `user_id`'s account; suspension and lifting one send the admin token.
+///
+/// # Errors
+/// [`CliError::Connect`]; [`CliError::Rpc`] (PERMISSION_DENIED without the admin token,
+/// FAILED_PRECONDITION ACCOUNT_DELETING, …).
+pub async fn account(endpoints: &Endpoints, action: AccountAction, user_id: i64) -> CliResult<AccountRow> {
+    let mut c = endpoints.relation().await?;
+    let err = |s| CliError::rpc(RELATION, s);
+    let set = |status: rel::AccountStatus| {
+        let mut req = tonic::Request::new(rel::SetAccountStatusRequest { user_id, status: status as i32 });
+        if let Some(t) = endpoints.admin_token.as_ref().filter(|_| matches!(action, AccountAction::Suspend | AccountAction::Reactivate))
+            && let Ok(v) = format!("Bearer {t}").parse()
+        {
+            req.metadata_mut().insert("authorization", v);
+        }
+        req
+    };
+    let (account, changed) = match action {
+        AccountAction::Show => (c.get_account(rel::GetAccountRequest { user_id }).await.map_err(err)?.into_inner().account, false),
+        AccountAction::Deactivate => {
+            let r = c.set_account_status(set(rel::AccountStatus::Deactivated)).await.map_err(err)?.into_inner();
+            (r.account, r.changed)
+        }
+        AccountAction::Reactivate => {
+            let r = c.set_account_status(set(rel::AccountStatus::Active)).await.map_err(err)?.into_inner();
+            (r.account, r.changed)
+        }
+        AccountAction::Suspend => {
+            let r = c.set_account_status(set(rel::AccountStatus::Suspended)).await.map_err(err)?.into_inner();
+            (r.account, r.changed)
+        }
+        AccountAction::Delete => {
+            let r = c.delete_account(rel::DeleteAccountRequest { user_id }).await.map_err(err)?.into_inner();
+            (r.account, r.changed)
+        }
+    };
+    let a = account.unwrap_or_default();
+    let name = |s: &str, prefix: &str| s.strip_prefix(prefix).unwrap_or(s).to_owned();
+    let status = rel::AccountStatus::try_from(a.status).map_or_else(|_| a.status.to_string(), |s| name(s.as_str_name(), "ACCOUNT_STATUS_"));
+    let job = rel::AccountJob::try_from(a.job).map_or_else(|_| a.job.to_string(), |j| name(j.as_str_name(), "ACCOUNT_JOB_"));
+    Ok(AccountRow { user_id: a.user_id, status, job, edges_done: a.edges_done, changed })
+}

@@ -137,6 +137,9 @@ pub enum Command {
         #[command(flatten)]
         paging: PagingArgs,
     },
+    /// An account's lifecycle: show, deactivate, reactivate, suspend, delete.
+    #[command(subcommand)]
+    Account(AccountCommand),
     /// Followings, followers, posts, likes and favs received of each USER.
     Counters {
         /// Users (any number; sent 1000 per request).
@@ -157,6 +160,29 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Write a seeded follow graph with skewed degrees as SNAP text.
     Gen(GenArgs),
+}
+
+/// What `account` does to USER.
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Status and edge-job progress.
+    Show(UserArg),
+    /// Hide every follow of USER until it is reactivated.
+    Deactivate(UserArg),
+    /// Bring USER's follows back (with --admin-token also lifts a suspension).
+    Reactivate(UserArg),
+    /// Suspend USER (needs --admin-token).
+    Suspend(UserArg),
+    /// Delete USER for good: every follow ends; then the id is a new, empty account.
+    Delete(UserArg),
+}
+
+/// One user.
+#[derive(Debug, Args)]
+pub struct UserArg {
+    /// The user.
+    #[arg(allow_negative_numbers = true)]
+    pub user: i64,
 }
 
 /// The acting user and the other user of a change.

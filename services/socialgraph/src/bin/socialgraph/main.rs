@@ -15,10 +15,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use socialgraph_cli::commands;
 use socialgraph_cli::query::ListQuery;
-use socialgraph_cli::writes::Write;
+use socialgraph_cli::writes::{AccountAction, Write};
 use socialgraph_cli::{CliResult, Endpoints};
 
-use crate::args::{Cli, Command, LoadCommand, VerifyArgs};
+use crate::args::{AccountCommand, Cli, Command, LoadCommand, VerifyArgs};
 
 /// Exit status of a `verify` that found mismatches.
 const MISMATCHES: u8 = 3;
@@ -50,6 +50,16 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::RemoveFollower(p) => commands::change(e, Write::RemoveFollower, p.user, p.other, json).await?,
         Command::Blocks { user, paging } => commands::list(e, ListQuery::Blocks { user_id: user }, paging.into(), json).await?,
         Command::Mutes { user, paging } => commands::list(e, ListQuery::Mutes { user_id: user }, paging.into(), json).await?,
+        Command::Account(a) => {
+            let (action, user) = match a {
+                AccountCommand::Show(u) => (AccountAction::Show, u.user),
+                AccountCommand::Deactivate(u) => (AccountAction::Deactivate, u.user),
+                AccountCommand::Reactivate(u) => (AccountAction::Reactivate, u.user),
+                AccountCommand::Suspend(u) => (AccountAction::Suspend, u.user),
+                AccountCommand::Delete(u) => (AccountAction::Delete, u.user),
+            };
+            commands::account(e, action, user, json).await?
+        }
         Command::Relationship { user, others } => commands::relationship(e, user, &others, json).await?,
         Command::Counters { users } => commands::counters(e, &users, json).await?,
         Command::EntityCounts { entity_type, ids } => commands::entity_counts(e, &entity_type, &ids, json).await?,

@@ -1,0 +1,311 @@
+//! Account lifecycle through the whole mesh, on PostgreSQL and MariaDB: deactivation and
+//! suspension hide an account's edges from every list and count and bring them back
+//! unchanged; deletion ends them for good, in batches that survive a crash, and the id starts
+//! from zero.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use sea_orm::{ConnectionTrait, Statement};
+use socialgraph_integration_tests::model::served_users;
+use socialgraph_integration_tests::*;
+use socialgraph_proto::projection::v1::ListFollowersRequest;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_proto::relation::v1::*;
+use socialgraph_testkit::{Backend, kafka};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+const SETTLE: Duration = Duration::from_secs(300);
+type Client = RelationServiceClient<Channel>;
+
+fn reason(status: &tonic::Status) -> String {
+    status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
+}
+
+async fn follow(c: &mut Client, a: i64, b: i64) -> Result<FollowResponse, tonic::Status> {
+    c.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(tonic::Response::into_inner)
+}
+
+async fn set_status(c: &mut Client, user_id: i64, status: AccountStatus, as_admin: bool) -> Result<SetAccountStatusResponse, tonic::Status> {
+    let msg = SetAccountStatusRequest { user_id, status: status as i32 };
+    let req = if as_admin { admin(msg) } else { tonic::Request::new(msg) };
+    c.set_account_status(req).await.map(tonic::Response::into_inner)
+}
+
+async fn account(c: &mut Client, user_id: i64) -> anyhow::Result<Account> {
+    c.get_account(GetAccountRequest { user_id }).await?.into_inner().account.ok_or_else(|| anyhow::anyhow!("no account in the answer"))
+}
+
+/// Waits until every one of `users` has no edge job in progress.
+async fn jobs_done(c: &Client, users: &[i64]) -> anyhow::Result<()> {
+    socialgraph_testkit::eventually(SETTLE, "account jobs to finish", || {
+        let mut c = c.clone();
+        async move {
+            for &u in users {
+                if account(&mut c, u).await?.job != AccountJob::None as i32 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        }
+    })
+    .await
+}
+
+/// (follower, followee) → (state, followed_at_ms) of every row of `following`.
+async fn rows(m: &Mesh) -> anyhow::Result<BTreeMap<(i64, i64), (i16, i64)>> {
+    let backend = m.db.conn.get_database_backend();
+    let sql = "SELECT follower_id, followee_id, state, followed_at_ms FROM following";
+    let rows = m.db.conn.query_all_raw(Statement::from_string(backend, sql.to_owned())).await?;
+    rows.iter().map(|r| Ok(((r.try_get_by_index(0)?, r.try_get_by_index(1)?), (r.try_get_by_index(2)?, r.try_get_by_index(3)?)))).collect()
+}
+
+async fn followers_of(m: &Mesh, user_id: i64) -> anyhow::Result<Vec<i64>> {
+    let r = m.projection.projection().await?.list_followers(ListFollowersRequest { user_id, page_size: 1000, ..Default::default() }).await?;
+    Ok(r.into_inner().followers.iter().map(|e| e.user_id).collect())
+}
+
+async fn deactivation_and_restore(backend: Backend) -> anyhow::Result<()> {
+    let m = Mesh::start_on(backend, &socialgraph_testkit::redis_url(), &kafka::brokers()).await?;
+    let mut c = m.relation.client().await?;
+    let users: Vec<i64> = (1..=7).collect();
+    for (a, b) in [(1, 2), (2, 1), (3, 1), (1, 4), (5, 1), (2, 3), (6, 7)] {
+        follow(&mut c, a, b).await?;
+    }
+    m.assert_views_exact(&users, SETTLE).await?;
+    let before = rows(&m).await?;
+
+    let r = set_status(&mut c, 1, AccountStatus::Deactivated, false).await?;
+    assert!(r.changed);
+    assert!(!set_status(&mut c, 1, AccountStatus::Deactivated, false).await?.changed, "idempotent");
+    jobs_done(&c, &[1]).await?;
+    let acc = account(&mut c, 1).await?;
+    assert_eq!((acc.status, acc.edges_done), (AccountStatus::Deactivated as i32, 5), "five edges of user 1 hidden");
+    for (a, b) in [(4, 1), (1, 5)] {
+        let e = follow(&mut c, a, b).await.expect_err("no follow to or from a deactivated account");
+        assert_eq!((e.code(), reason(&e)), (Code::FailedPrecondition, "ACCOUNT_INACTIVE".to_owned()));
+    }
+    m.assert_views_exact(&users, SETTLE).await?;
+    let served = served_users(&mut m.counter.counter().await?, &[1, 2, 3]).await?;
+    assert_eq!((served[&1].0, served[&1].1), (0, 0), "a deactivated account counts nothing");
+    assert_eq!((served[&2].0, served[&2].1, served[&3].0), (1, 0, 0), "nor is it counted by others");
+    assert_eq!(followers_of(&m, 2).await?, Vec::<i64>::new());
+
+    // Suspension is an administrator's; so is lifting it.
+    let e = set_status(&mut c, 1, AccountStatus::Suspended, false).await.expect_err("owners do not suspend");
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(set_status(&mut c, 1, AccountStatus::Suspended, true).await?.changed);
+    let e = set_status(&mut c, 1, AccountStatus::Active, false).await.expect_err("owners do not lift a suspension");
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // 2 deactivates too; when 1 comes back, the edges between them wait for 2.
+    set_status(&mut c, 2, AccountStatus::Deactivated, false).await?;
+    jobs_done(&c, &[1, 2]).await?;
+    set_status(&mut c, 1, AccountStatus::Active, true).await?;
+    jobs_done(&c, &[1]).await?;
+    let now = rows(&m).await?;
+    assert_eq!((now[&(1, 2)].0, now[&(2, 1)].0, now[&(3, 1)].0), (2, 2, 1), "edges to the still inactive 2 stay hidden");
+    set_status(&mut c, 2, AccountStatus::Active, false).await?;
+    jobs_done(&c, &[2]).await?;
+    let after = rows(&m).await?;
+    assert_eq!(after, before, "every edge came back unchanged, with its followed_at");
+    m.assert_views_exact(&users, SETTLE).await?;
+    let e = set_status(&mut c, 1, AccountStatus::Unspecified, true).await.expect_err("no status given");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deactivation_hides_every_edge_and_reactivation_restores_them_unchanged_on_postgres() -> anyhow::Result<()> {
+    deactivation_and_restore(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deactivation_hides_every_edge_and_reactivation_restores_them_unchanged_on_mariadb() -> anyhow::Result<()> {
+    deactivation_and_restore(Backend::MariaDb).await
+}
+
+async fn deletion(backend: Backend) -> anyhow::Result<()> {
+    let m = Mesh::start_on(backend, &socialgraph_testkit::redis_url(), &kafka::brokers()).await?;
+    let mut c = m.relation.client().await?;
+    let users: Vec<i64> = (1..=9).collect();
+    for (a, b) in [(1, 2), (2, 1), (3, 1), (1, 4), (5, 1), (2, 3)] {
+        follow(&mut c, a, b).await?;
+    }
+    c.block(BlockRequest { blocker_id: 1, blocked_id: 8 }).await?;
+    c.mute(MuteRequest { muter_id: 1, muted_id: 9 }).await?;
+    c.block(BlockRequest { blocker_id: 7, blocked_id: 1 }).await?;
+    let r = c.delete_account(DeleteAccountRequest { user_id: 1 }).await?.into_inner();
+    assert_eq!((r.changed, r.account.map(|a| a.status)), (true, Some(AccountStatus::Deleting as i32)));
+    jobs_done(&c, &[1]).await?;
+    let acc = account(&mut c, 1).await?;
+    assert_eq!(acc.status, AccountStatus::Active as i32, "a deleted id is a new account");
+    let left: Vec<_> = rows(&m).await?.into_iter().filter(|((f, e), (state, _))| (*f == 1 || *e == 1) && *state != 0).collect();
+    assert_eq!(left, vec![], "every edge of the deleted account ended");
+    m.assert_views_exact(&users, SETTLE).await?;
+    let served = served_users(&mut m.counter.counter().await?, &[1, 2]).await?;
+    assert_eq!((served[&1].0, served[&1].1, served[&2].0, served[&2].1), (0, 0, 1, 0));
+    let blocks = c.list_blocks(ListBlocksRequest { user_id: 1, ..Default::default() }).await?.into_inner().accounts;
+    let mutes = c.list_mutes(ListMutesRequest { user_id: 1, ..Default::default() }).await?.into_inner().accounts;
+    assert!(blocks.is_empty() && mutes.is_empty(), "its blocks and mutes went with it");
+    // The new account with the same id starts from zero, and nobody blocks it.
+    assert!(follow(&mut c, 1, 2).await?.changed);
+    assert!(follow(&mut c, 7, 1).await?.changed);
+    m.assert_views_exact(&users, SETTLE).await?;
+    let served = served_users(&mut m.counter.counter().await?, &[1]).await?;
+    assert_eq!((served[&1].0, served[&1].1), (1, 1));
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_account_leaves_every_list_and_count_and_its_id_starts_from_zero_on_postgres() -> anyhow::Result<()> {
+    deletion(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_account_leaves_every_list_and_count_and_its_id_starts_from_zero_on_mariadb() -> anyhow::Result<()> {
+    deletion(Backend::MariaDb).await
+}
+
+/// Deletes user 1 with `followers` followers (imported), killing relation-svc once mid-way.
+async fn large_deletion(backend: Backend, followers: i64) -> anyhow::Result<()> {
+    let mut m = Mesh::start_on(backend, &socialgraph_testkit::redis_url(), &kafka::brokers()).await?;
+    let mut c = m.relation.client().await?;
+    let ids: Vec<i64> = (2..=followers + 1).collect();
+    let msgs: Vec<ImportFollowsRequest> = ids
+        .chunks(10_000)
+        .map(|chunk| ImportFollowsRequest {
+            edges: chunk.iter().map(|&f| ImportEdge { follower_id: f, followee_id: 1, followed_at: None }).collect(),
+        })
+        .collect();
+    let started = Instant::now();
+    assert_eq!(c.import_follows(admin(futures::stream::iter(msgs))).await?.into_inner().imported, followers);
+    m.settle(SETTLE).await?;
+    println!("imported {followers} followers of user 1 and settled in {:.1} s", started.elapsed().as_secs_f64());
+
+    let started = Instant::now();
+    c.delete_account(DeleteAccountRequest { user_id: 1 }).await?;
+    let crash_at = followers / 3;
+    socialgraph_testkit::eventually(SETTLE, "a third of the deletion", || {
+        let mut c = c.clone();
+        async move {
+            let done = account(&mut c, 1).await?.edges_done;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok((done >= crash_at).then_some(done))
+        }
+    })
+    .await?;
+    m.relation.task.abort();
+    let _ = (&mut m.relation.task).await;
+    let crashed_after = started.elapsed();
+    m.relation = spawn_relation(m.relation_config()).await?;
+    let mut c = m.relation.client().await?;
+    let progress_after_restart = account(&mut c, 1).await?;
+    assert_eq!(progress_after_restart.status, AccountStatus::Deleting as i32, "the deletion survives the crash");
+    assert!(progress_after_restart.edges_done >= crash_at, "its progress too");
+    jobs_done(&c, &[1]).await?;
+    let deleted_in = started.elapsed();
+    m.settle(SETTLE).await?;
+    let settled_in = started.elapsed();
+    let batch = m.relation_config().limits.import_batch_size;
+    println!(
+        "deleted an account with {followers} followers in {:.1} s ({} batches of {batch}; relation-svc killed after {:.1} s at {} edges), lag 0 after {:.1} s",
+        deleted_in.as_secs_f64(),
+        (followers as usize).div_ceil(batch),
+        crashed_after.as_secs_f64(),
+        progress_after_restart.edges_done,
+        settled_in.as_secs_f64()
+    );
+    let mut users = vec![1];
+    users.extend(&ids);
+    let served = served_users(&mut m.counter.counter().await?, &users).await?;
+    let wrong: Vec<_> = served.iter().filter(|(_, v)| v.0 != 0 || v.1 != 0).take(5).collect();
+    assert_eq!(wrong, Vec::<(&i64, &_)>::new(), "every follow ended: all counts zero");
+    assert_eq!(followers_of(&m, 1).await?, Vec::<i64>::new());
+    let standing: i64 =
+        m.db.conn
+            .query_one_raw(Statement::from_string(m.db.conn.get_database_backend(), "SELECT count(*) FROM following WHERE state <> 0".to_owned()))
+            .await?
+            .map_or(Ok(-1), |r| r.try_get_by_index(0))?;
+    assert_eq!(standing, 0);
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_an_account_with_200000_followers_survives_a_crash_and_ends_exact_on_postgres() -> anyhow::Result<()> {
+    large_deletion(Backend::Postgres, 200_000).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_an_account_with_20000_followers_survives_a_crash_and_ends_exact_on_mariadb() -> anyhow::Result<()> {
+    large_deletion(Backend::MariaDb, 20_000).await
+}
+
+/// Follows, unfollows, blocks, deactivations, reactivations and deletions among `users` from 8
+/// callers, then: no "following" edge touches an inactive account, and every view is exact.
+async fn mixed_lifecycle(backend: Backend) -> anyhow::Result<()> {
+    const USERS: i64 = 16;
+    let m = Mesh::start_on(backend, &socialgraph_testkit::redis_url(), &kafka::brokers()).await?;
+    let mut tasks = Vec::new();
+    for worker in 0..8_u64 {
+        let mut c = m.relation.client().await?;
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(40 + worker);
+            let mut refused = 0_usize;
+            for _ in 0..300 {
+                let a = rng.random_range(1..=USERS);
+                let b = (a + rng.random_range(1..USERS) - 1) % USERS + 1;
+                match rng.random_range(0..100) {
+                    0..55 => match follow(&mut c, a, b).await {
+                        Ok(_) => {}
+                        Err(e) if matches!(reason(&e).as_str(), "ACCOUNT_INACTIVE" | "BLOCKED") => refused += 1,
+                        Err(e) => return Err(e.into()),
+                    },
+                    55..75 => drop(c.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?),
+                    75..80 => drop(c.block(BlockRequest { blocker_id: a, blocked_id: b }).await?),
+                    80..86 => drop(c.unblock(UnblockRequest { blocker_id: a, blocked_id: b }).await?),
+                    86..92 => match set_status(&mut c, a, AccountStatus::Deactivated, false).await {
+                        Ok(_) => {}
+                        Err(e) if reason(&e) == "ACCOUNT_DELETING" => {}
+                        Err(e) => return Err(e.into()),
+                    },
+                    92..99 => match set_status(&mut c, a, AccountStatus::Active, false).await {
+                        Ok(_) => {}
+                        Err(e) if reason(&e) == "ACCOUNT_DELETING" => {}
+                        Err(e) => return Err(e.into()),
+                    },
+                    _ => drop(c.delete_account(DeleteAccountRequest { user_id: a }).await?),
+                }
+            }
+            anyhow::Ok(refused)
+        }));
+    }
+    let mut refused = 0;
+    for t in tasks {
+        refused += t.await??;
+    }
+    assert!(refused > 0, "some follows met an inactive account or a block");
+    let users: Vec<i64> = (1..=USERS).collect();
+    let c = m.relation.client().await?;
+    jobs_done(&c, &users).await?;
+    let backend_kind = m.db.conn.get_database_backend();
+    let sql = "SELECT f.follower_id, f.followee_id FROM following f JOIN account a ON a.user_id IN (f.follower_id, f.followee_id) \
+               WHERE f.state = 1 AND a.status <> 0";
+    let bad = m.db.conn.query_all_raw(Statement::from_string(backend_kind, sql.to_owned())).await?;
+    assert_eq!(bad.len(), 0, "no following edge touches an inactive account");
+    m.assert_views_exact(&users, SETTLE).await?;
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_workload_with_deactivations_and_deletions_keeps_every_view_exact_on_postgres() -> anyhow::Result<()> {
+    mixed_lifecycle(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_workload_with_deactivations_and_deletions_keeps_every_view_exact_on_mariadb() -> anyhow::Result<()> {
+    mixed_lifecycle(Backend::MariaDb).await
+}
