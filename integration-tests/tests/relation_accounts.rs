@@ -309,3 +309,110 @@ async fn a_mixed_workload_with_deactivations_and_deletions_keeps_every_view_exac
 async fn a_mixed_workload_with_deactivations_and_deletions_keeps_every_view_exact_on_mariadb() -> anyhow::Result<()> {
     mixed_lifecycle(Backend::MariaDb).await
 }
+
+/// Follows to and from one account hammered by several callers while it is deactivated and
+/// reactivated back to back: whenever its hide job has finished, none of its edges may be
+/// "following".
+async fn follows_racing_deactivation(backend: Backend) -> anyhow::Result<()> {
+    const TARGET: i64 = 1;
+    const CYCLES: usize = 15;
+    let (db, relation, _) = relation_on(backend, |_| {}).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut callers = Vec::new();
+    for other in 2..=9 {
+        let (mut c, stop) = (relation.client().await?, stop.clone());
+        callers.push(tokio::spawn(async move {
+            let mut attempts = 0_u64;
+            while !stop.is_cancelled() {
+                let (a, b) = if attempts % 2 == 0 { (other, TARGET) } else { (TARGET, other) };
+                match follow(&mut c, a, b).await {
+                    Ok(_) => {}
+                    Err(e) if reason(&e) == "ACCOUNT_INACTIVE" => {}
+                    Err(e) => return Err(anyhow::Error::from(e)),
+                }
+                if attempts % 5 == 4 {
+                    c.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?;
+                }
+                attempts += 1;
+            }
+            anyhow::Ok(attempts)
+        }));
+    }
+    let mut c = relation.client().await?;
+    let mut violations = Vec::new();
+    for cycle in 0..CYCLES {
+        set_status(&mut c, TARGET, AccountStatus::Active, false).await?;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        set_status(&mut c, TARGET, AccountStatus::Deactivated, false).await?;
+        jobs_done(&c, &[TARGET]).await?;
+        let rel = c.batch_get_relationships(BatchGetRelationshipsRequest { user_id: TARGET, other_user_ids: (2..=9).collect() }).await?.into_inner();
+        violations.extend(rel.relationships.iter().filter(|r| r.following || r.followed_by).map(|r| (cycle, r.other_user_id)));
+    }
+    stop.cancel();
+    let mut attempts = 0;
+    for t in callers {
+        attempts += t.await??;
+    }
+    assert!(attempts > 500, "the callers kept following ({attempts})");
+    assert_eq!(violations, vec![], "(cycle, user) with an edge standing after the hide job finished");
+    relation.stop().await?;
+    db.drop_db().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follows_racing_a_deactivation_never_outlive_its_hide_job_on_postgres() -> anyhow::Result<()> {
+    follows_racing_deactivation(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follows_racing_a_deactivation_never_outlive_its_hide_job_on_mariadb() -> anyhow::Result<()> {
+    follows_racing_deactivation(Backend::MariaDb).await
+}
+
+/// A follow held up (by a row lock the test takes) from before a deactivation until after it:
+/// it must either be refused or land before the hide job finishes, so the job hides it.
+async fn stalled_follow_across_a_deactivation(backend: Backend) -> anyhow::Result<()> {
+    use sea_orm::TransactionTrait;
+    let (db, relation, _) = relation_on(backend, |_| {}).await?;
+    let mut c = relation.client().await?;
+    follow(&mut c, 2, 1).await?;
+    c.unfollow(UnfollowRequest { follower_id: 2, followee_id: 1 }).await?;
+    let other = socialgraph_storage::connect(&db.url, 1).await?;
+    let txn = other.begin().await?;
+    socialgraph_storage::edges::get_following(&txn, 2, 1, true).await?;
+    let stalled = {
+        let mut c = c.clone();
+        tokio::spawn(async move { follow(&mut c, 2, 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    set_status(&mut c, 1, AccountStatus::Deactivated, false).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let waiting = account(&mut c, 1).await?.job;
+    txn.rollback().await?;
+    let outcome = stalled.await?;
+    if backend == Backend::Postgres {
+        // Its statement read the account as active before the change, so it may land; the
+        // job must have waited for it.
+        assert_eq!(waiting, AccountJob::Hide as i32, "the hide job waits for the older follow");
+        assert!(outcome.is_ok_and(|r| r.changed));
+    } else {
+        let e = outcome.expect_err("the follow reads the status after writing, and is refused");
+        assert_eq!(reason(&e), "ACCOUNT_INACTIVE");
+    }
+    jobs_done(&c, &[1]).await?;
+    let rel = c.get_relationship(GetRelationshipRequest { user_id: 1, other_user_id: 2 }).await?.into_inner().relationship.unwrap_or_default();
+    assert!(!rel.followed_by, "no edge of the deactivated account stands once its job is done");
+    other.close().await?;
+    relation.stop().await?;
+    db.drop_db().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_stalled_across_a_deactivation_is_hidden_by_its_job_on_postgres() -> anyhow::Result<()> {
+    stalled_follow_across_a_deactivation(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_stalled_across_a_deactivation_is_refused_on_mariadb() -> anyhow::Result<()> {
+    stalled_follow_across_a_deactivation(Backend::MariaDb).await
+}
