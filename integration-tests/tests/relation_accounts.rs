@@ -324,7 +324,7 @@ async fn follows_racing_deactivation(backend: Backend) -> anyhow::Result<()> {
         callers.push(tokio::spawn(async move {
             let mut attempts = 0_u64;
             while !stop.is_cancelled() {
-                let (a, b) = if attempts % 2 == 0 { (other, TARGET) } else { (TARGET, other) };
+                let (a, b) = if attempts.is_multiple_of(2) { (other, TARGET) } else { (TARGET, other) };
                 match follow(&mut c, a, b).await {
                     Ok(_) => {}
                     Err(e) if reason(&e) == "ACCOUNT_INACTIVE" => {}
