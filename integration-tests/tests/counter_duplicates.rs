@@ -230,7 +230,8 @@ async fn relay_crashes_leave_counters_exact(backend: Backend) -> anyhow::Result<
         "{backend:?}: {ok} calls answered, {failed} failed around the kills; {killed} connections terminated; {} events, {duplicated} published more than once",
         seen.len()
     );
-    assert!(ok > 300, "the workload ran ({ok} calls)");
+    // A floor, not a rate: under a loaded CI machine the 4 callers answer a few hundred calls.
+    assert!(ok > 100, "the workload ran ({ok} calls)");
     let mut c = m.counter.counter().await?;
     assert_model(&Model::default(), &m.db, &mut c, &users).await?;
     m.stop().await

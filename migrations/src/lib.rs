@@ -21,6 +21,7 @@ mod m20261201_000004_create_following_followee_index;
 mod m20261201_000010_create_block_and_mute;
 mod m20261201_000011_add_following_blocked;
 mod m20261201_000012_create_account;
+mod m20261201_000013_create_follow_request;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000010_create_block_and_mute::Migration),
             Box::new(m20261201_000011_add_following_blocked::Migration),
             Box::new(m20261201_000012_create_account::Migration),
+            Box::new(m20261201_000013_create_follow_request::Migration),
         ]
     }
 }

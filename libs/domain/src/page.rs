@@ -50,6 +50,10 @@ pub enum ListKind {
     Blocks = 5,
     /// `ListMutes(user_id)` (entries ordered by mute time).
     Mutes = 6,
+    /// `ListFollowRequests(user_id, INCOMING)` (entries ordered by request time).
+    IncomingRequests = 7,
+    /// `ListFollowRequests(user_id, OUTGOING)`.
+    OutgoingRequests = 8,
 }
 
 /// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`) descending.

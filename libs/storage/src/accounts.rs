@@ -73,12 +73,14 @@ pub struct Account {
     pub status_xid: i64,
     /// When the status last changed, ms since the epoch.
     pub changed_at_ms: i64,
+    /// Follows of this account are requests until it approves them.
+    pub locked: bool,
 }
 
 impl Account {
     /// The row an id without one stands for: active, no job.
     pub fn active(user_id: i64) -> Self {
-        Self { user_id, status: AccountStatus::Active, job: AccountJob::None, edges_done: 0, status_xid: 0, changed_at_ms: 0 }
+        Self { user_id, status: AccountStatus::Active, job: AccountJob::None, edges_done: 0, status_xid: 0, changed_at_ms: 0, locked: false }
     }
 }
 
@@ -86,16 +88,17 @@ fn table() -> Alias {
     Alias::new("account")
 }
 
-const COLS: [&str; 6] = ["user_id", "status", "job", "edges_done", "status_xid", "changed_at_ms"];
+const COLS: [&str; 7] = ["user_id", "status", "job", "edges_done", "status_xid", "changed_at_ms", "locked"];
 
-/// Reads one account (`None`: no row, i.e. active); with `for_update` the row is locked.
+/// Reads one account (`None`: no row, i.e. active and not locked); with `lock` the row is
+/// locked (`LockType::Share` or `Update`) until the transaction ends.
 ///
 /// # Errors
 /// Database errors.
-pub async fn get<C: ConnectionTrait>(conn: &C, user_id: i64, for_update: bool) -> Result<Option<Account>, DbErr> {
+pub async fn get_locked<C: ConnectionTrait>(conn: &C, user_id: i64, lock: Option<LockType>) -> Result<Option<Account>, DbErr> {
     let mut q = Query::select().columns(COLS.map(Alias::new)).from(table()).and_where(Expr::col(Alias::new("user_id")).eq(user_id)).to_owned();
-    if for_update {
-        q.lock(LockType::Update);
+    if let Some(l) = lock {
+        q.lock(l);
     }
     let Some(r) = conn.query_one(&q).await? else { return Ok(None) };
     Ok(Some(Account {
@@ -105,7 +108,16 @@ pub async fn get<C: ConnectionTrait>(conn: &C, user_id: i64, for_update: bool) -
         edges_done: r.try_get_by_index(3)?,
         status_xid: r.try_get_by_index(4)?,
         changed_at_ms: r.try_get_by_index(5)?,
+        locked: r.try_get_by_index(6)?,
     }))
+}
+
+/// Reads one account (`None`: no row); with `for_update` the row is locked for update.
+///
+/// # Errors
+/// Database errors.
+pub async fn get<C: ConnectionTrait>(conn: &C, user_id: i64, for_update: bool) -> Result<Option<Account>, DbErr> {
+    get_locked(conn, user_id, for_update.then_some(LockType::Update)).await
 }
 
 /// Writes `a` whole (insert or overwrite).
@@ -123,6 +135,7 @@ pub async fn put<C: ConnectionTrait>(conn: &C, a: &Account) -> Result<(), DbErr>
             a.edges_done.into(),
             a.status_xid.into(),
             a.changed_at_ms.into(),
+            a.locked.into(),
         ])
         .on_conflict(OnConflict::column(Alias::new("user_id")).update_columns(COLS[1..].iter().map(|c| Alias::new(*c))).to_owned())
         .to_owned();

@@ -27,7 +27,8 @@ pub enum CasOutcome {
 
 /// Writes `edge` (state Following, its new version and times) and `event` if the stored row
 /// still has version `expected` (0: no row) and is neither following nor blocked, and the
-/// follower has fewer than `cap` "following" edges (counted over at most `cap` index entries).
+/// follower has fewer than `cap` "following" edges and pending follow requests (each counted
+/// over at most `cap` index entries).
 /// A row written meanwhile by a concurrent writer (a block included) is re-checked by
 /// PostgreSQL after that writer commits, so a block that committed first always wins. Nothing
 /// is written while either user's account is not active (as of the statement's snapshot; the
@@ -37,7 +38,8 @@ pub enum CasOutcome {
 /// Database errors (a lost connection, a deadlock; a unique race cannot occur).
 pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, cap: i64, event: &NewOutboxRow) -> Result<CasOutcome, DbErr> {
     const SQL: &str = "WITH cap AS ( \
-            SELECT count(*) AS n FROM (SELECT 1 FROM following WHERE follower_id = $1 AND state = $3 LIMIT $8) AS f \
+            SELECT (SELECT count(*) FROM (SELECT 1 FROM following WHERE follower_id = $1 AND state = $3 LIMIT $8) AS f) \
+                + (SELECT count(*) FROM (SELECT 1 FROM follow_request WHERE requester_id = $1 LIMIT $8) AS r) AS n \
         ), e AS ( \
             INSERT INTO following AS t (follower_id, followee_id, state, version, followed_at_ms, updated_at_ms) \
             SELECT $1, $2, $3, $4, $5, $6 FROM cap WHERE cap.n < $8 \

@@ -116,6 +116,53 @@ pub async fn get_following<C: ConnectionTrait>(
     }
 }
 
+/// What a Follow reads before deciding: the edge's row with its `blocked` flag (`None`: no
+/// row) and whether the followee's account is locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowPreRead {
+    /// The `following` row and its `blocked` flag.
+    pub row: Option<(Edge, bool)>,
+    /// The followee's account is locked (follows become requests).
+    pub followee_locked: bool,
+}
+
+/// Reads, in one unlocked query, the `following` row follower → followee with its `blocked`
+/// flag and the followee's `account.locked`.
+///
+/// # Errors
+/// Database errors.
+pub async fn follow_pre_read<C: ConnectionTrait>(conn: &C, follower_id: i64, followee_id: i64) -> Result<FollowPreRead, DbErr> {
+    const SQL: &str = "SELECT f.follower_id, f.followee_id, f.state, f.version, f.followed_at_ms, f.updated_at_ms, f.blocked, \
+        (SELECT a.locked FROM account a WHERE a.user_id = ?) AS locked \
+        FROM (SELECT 1 AS one) AS o LEFT JOIN following f ON f.follower_id = ? AND f.followee_id = ?";
+    let backend = conn.get_database_backend();
+    let sql = if backend == sea_orm::DbBackend::Postgres {
+        let mut n = 0;
+        SQL.chars()
+            .map(|c| {
+                if c == '?' {
+                    n += 1;
+                    format!("${n}")
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    } else {
+        SQL.to_owned()
+    };
+    let values: [sea_orm::Value; 3] = [followee_id.into(), follower_id.into(), followee_id.into()];
+    let Some(r) = conn.query_one_raw(sea_orm::Statement::from_sql_and_values(backend, sql, values)).await? else {
+        return Ok(FollowPreRead { row: None, followee_locked: false });
+    };
+    let followee_locked = r.try_get_by_index::<Option<bool>>(7)?.unwrap_or(false);
+    let row = match r.try_get_by_index::<Option<i64>>(0)? {
+        Some(_) => Some((edge_from_row(&r)?, r.try_get_by_index(6)?)),
+        None => None,
+    };
+    Ok(FollowPreRead { row, followee_locked })
+}
+
 /// Sets the `blocked` flag of the `following` row follower → followee, creating the row (state
 /// not following, version 0, followed_at 0) when the pair never followed, so that a concurrent
 /// first Follow of the pair meets the row and its flag. Takes the row's lock.

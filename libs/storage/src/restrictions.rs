@@ -15,6 +15,9 @@ pub enum Restriction {
     Block,
     /// `mute(muter_id, muted_id, created_at_ms)`.
     Mute,
+    /// `follow_request(requester_id, target_id, created_at_ms)`: a pending follow of a locked
+    /// account.
+    Request,
 }
 
 impl Restriction {
@@ -22,6 +25,7 @@ impl Restriction {
         Alias::new(match self {
             Self::Block => "block",
             Self::Mute => "mute",
+            Self::Request => "follow_request",
         })
     }
 
@@ -30,6 +34,7 @@ impl Restriction {
         match self {
             Self::Block => (Alias::new("blocker_id"), Alias::new("blocked_id")),
             Self::Mute => (Alias::new("muter_id"), Alias::new("muted_id")),
+            Self::Request => (Alias::new("requester_id"), Alias::new("target_id")),
         }
     }
 }
@@ -81,6 +86,33 @@ pub async fn delete<C: ConnectionTrait>(conn: &C, kind: Restriction, owner: i64,
 /// Database errors.
 pub async fn list<C: ConnectionTrait>(conn: &C, kind: Restriction, owner: i64, after: Option<Cursor>, limit: usize) -> Result<Vec<ListEntry>, DbErr> {
     let (o, t) = kind.cols();
+    list_by(conn, kind, (o, t), owner, after, limit).await
+}
+
+/// Like [`list`], but of the rows whose target is `target` (a locked account's incoming
+/// requests), listing their owners.
+///
+/// # Errors
+/// Database errors.
+pub async fn list_incoming<C: ConnectionTrait>(
+    conn: &C,
+    kind: Restriction,
+    target: i64,
+    after: Option<Cursor>,
+    limit: usize,
+) -> Result<Vec<ListEntry>, DbErr> {
+    let (o, t) = kind.cols();
+    list_by(conn, kind, (t, o), target, after, limit).await
+}
+
+async fn list_by<C: ConnectionTrait>(
+    conn: &C,
+    kind: Restriction,
+    (o, t): (Alias, Alias),
+    owner: i64,
+    after: Option<Cursor>,
+    limit: usize,
+) -> Result<Vec<ListEntry>, DbErr> {
     let mut q = Query::select()
         .columns([t.clone(), created()])
         .from(kind.table())
@@ -127,4 +159,38 @@ pub async fn delete_all_of<C: ConnectionTrait>(conn: &C, kind: Restriction, user
     let (o, t) = kind.cols();
     let q = Query::delete().from_table(kind.table()).cond_where(Cond::any().add(Expr::col(o).eq(user_id)).add(Expr::col(t).eq(user_id))).to_owned();
     Ok(conn.execute(&q).await?.rows_affected())
+}
+
+/// Deletes the rows `owner` → each of `targets` (or, with `incoming`, each of `targets` →
+/// `owner`) that exist; returns the peers whose row it deleted.
+///
+/// # Errors
+/// Database errors.
+pub async fn delete_many<C: ConnectionTrait>(conn: &C, kind: Restriction, owner: i64, targets: &[i64], incoming: bool) -> Result<Vec<i64>, DbErr> {
+    let pairs: Vec<(i64, i64)> = targets.iter().map(|&t| if incoming { (t, owner) } else { (owner, t) }).collect();
+    let found = among(conn, kind, &pairs).await?;
+    let (o, t) = kind.cols();
+    let existing: Vec<(i64, i64)> = pairs.into_iter().filter(|p| found.contains(p)).collect();
+    for chunk in existing.chunks(crate::edges::MAX_TUPLES_PER_QUERY) {
+        let q = Query::delete()
+            .from_table(kind.table())
+            .and_where(Expr::tuple([Expr::col(o.clone()), Expr::col(t.clone())]).in_tuples(chunk.iter().copied()))
+            .to_owned();
+        conn.execute(&q).await?;
+    }
+    Ok(existing.into_iter().map(|(a, b)| if incoming { a } else { b }).collect())
+}
+
+/// Number of rows `owner` makes, counted over at most `limit` index entries.
+///
+/// # Errors
+/// Database errors.
+pub async fn count_of<C: ConnectionTrait>(conn: &C, kind: Restriction, owner: i64, limit: i64) -> Result<i64, DbErr> {
+    let (o, _) = kind.cols();
+    let inner = Query::select().expr(Expr::val(1)).from(kind.table()).and_where(Expr::col(o).eq(owner)).limit(Ord::max(limit, 0) as u64).to_owned();
+    let q = Query::select().expr(Expr::cust("count(*)")).from_subquery(inner, Alias::new("r")).to_owned();
+    match conn.query_one(&q).await? {
+        Some(row) => row.try_get_by_index(0),
+        None => Ok(0),
+    }
 }

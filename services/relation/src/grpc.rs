@@ -13,6 +13,8 @@ use socialgraph_storage::edges::{ListEntry, ScanFilter};
 use socialgraph_storage::restrictions::Restriction;
 
 use crate::lifecycle::Caller;
+use crate::requests::Direction;
+use crate::restrict::Flags;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -54,18 +56,19 @@ fn entries(list: Vec<ListEntry>) -> Vec<pb::FollowEntry> {
     list.into_iter().map(|e| pb::FollowEntry { user_id: e.user_id, followed_at: Some(timestamp_from_ms(e.followed_at_ms)) }).collect()
 }
 
-/// One relationship from the edges both ways and the restrictions (blocking, blocked_by,
-/// muting).
-fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>), (blocking, blocked_by, muting): (bool, bool, bool)) -> pb::Relationship {
+/// One relationship from the edges both ways and the restrictions and requests between them.
+fn relationship(other: i64, (out, inc): (Option<Edge>, Option<Edge>), f: Flags) -> pb::Relationship {
     pb::Relationship {
         other_user_id: other,
         following: out.is_some(),
         followed_by: inc.is_some(),
         followed_at: out.map(|e| timestamp_from_ms(e.followed_at_ms)),
         followed_by_at: inc.map(|e| timestamp_from_ms(e.followed_at_ms)),
-        blocking,
-        blocked_by,
-        muting,
+        blocking: f.blocking,
+        blocked_by: f.blocked_by,
+        muting: f.muting,
+        requested: f.requested,
+        requested_by: f.requested_by,
     }
 }
 
@@ -92,6 +95,7 @@ fn account_pb(a: &Account) -> pb::Account {
         job: job as i32,
         edges_done: a.edges_done,
         changed_at: (a.changed_at_ms > 0).then(|| timestamp_from_ms(a.changed_at_ms)),
+        locked: a.locked,
     }
 }
 
@@ -137,15 +141,16 @@ impl RelationService for RelationGrpc {
         let out = self.relations.follow(r.follower_id, r.followee_id).await?;
         Ok(Response::new(pb::FollowResponse {
             changed: out.changed,
-            followed_at: Some(timestamp_from_ms(out.edge.followed_at_ms)),
+            followed_at: (!out.requested).then(|| timestamp_from_ms(out.edge.followed_at_ms)),
             version: out.edge.version,
+            requested: out.requested,
         }))
     }
 
     async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
         let r = req.into_inner();
         let out = self.relations.unfollow(r.follower_id, r.followee_id).await?;
-        Ok(Response::new(pb::UnfollowResponse { changed: out.changed, version: out.version }))
+        Ok(Response::new(pb::UnfollowResponse { changed: out.changed, version: out.version, request_cancelled: out.request_cancelled }))
     }
 
     async fn list_following(&self, req: Request<pb::ListFollowingRequest>) -> Result<Response<pb::ListFollowingResponse>, Status> {
@@ -257,6 +262,41 @@ impl RelationService for RelationGrpc {
         let r = req.into_inner();
         let out = self.relations.remove_follower(r.user_id, r.follower_id).await?;
         Ok(Response::new(pb::RemoveFollowerResponse { changed: out.changed, version: out.version }))
+    }
+
+    async fn set_account_locked(&self, req: Request<pb::SetAccountLockedRequest>) -> Result<Response<pb::SetAccountLockedResponse>, Status> {
+        let r = req.into_inner();
+        let (changed, approved) = self.relations.set_locked(r.user_id, r.locked).await?;
+        Ok(Response::new(pb::SetAccountLockedResponse { changed, approved }))
+    }
+
+    async fn list_follow_requests(&self, req: Request<pb::ListFollowRequestsRequest>) -> Result<Response<pb::ListFollowRequestsResponse>, Status> {
+        let r = req.into_inner();
+        let direction = match pb::RequestDirection::try_from(r.direction) {
+            Ok(pb::RequestDirection::Incoming) => Direction::Incoming,
+            Ok(pb::RequestDirection::Outgoing) => Direction::Outgoing,
+            _ => return Err(ApiError::invalid("direction", "must be INCOMING or OUTGOING").into()),
+        };
+        let page = self.relations.list_requests(r.user_id, direction, r.page_size, &r.page_token).await?;
+        Ok(Response::new(pb::ListFollowRequestsResponse { accounts: restricted(page.entries), next_page_token: page.next_page_token }))
+    }
+
+    async fn approve_follow_requests(
+        &self,
+        req: Request<pb::ApproveFollowRequestsRequest>,
+    ) -> Result<Response<pb::ApproveFollowRequestsResponse>, Status> {
+        let r = req.into_inner();
+        let approved = self.relations.answer_requests(r.user_id, &r.requester_ids, true).await?;
+        Ok(Response::new(pb::ApproveFollowRequestsResponse { approved }))
+    }
+
+    async fn reject_follow_requests(
+        &self,
+        req: Request<pb::RejectFollowRequestsRequest>,
+    ) -> Result<Response<pb::RejectFollowRequestsResponse>, Status> {
+        let r = req.into_inner();
+        let rejected = self.relations.answer_requests(r.user_id, &r.requester_ids, false).await?;
+        Ok(Response::new(pb::RejectFollowRequestsResponse { rejected }))
     }
 
     async fn set_account_status(&self, req: Request<pb::SetAccountStatusRequest>) -> Result<Response<pb::SetAccountStatusResponse>, Status> {

@@ -7,6 +7,7 @@ pub mod config;
 pub mod grpc;
 pub mod import;
 pub mod lifecycle;
+pub mod requests;
 pub mod restrict;
 pub mod service;
 

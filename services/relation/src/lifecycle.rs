@@ -185,6 +185,7 @@ impl Relations {
             AccountJob::Delete => {
                 restrictions::delete_all_of(txn, Restriction::Block, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Mute, user_id).await?;
+                restrictions::delete_all_of(txn, Restriction::Request, user_id).await?;
                 accounts::clear_block_flags(txn, user_id).await?;
                 accounts::delete(txn, user_id).await?;
             }

@@ -35,6 +35,21 @@ pub struct BlockOutcome {
     pub edges_removed: i32,
 }
 
+/// What stands between a user and another besides the edges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// The user blocks the other.
+    pub blocking: bool,
+    /// The other blocks the user.
+    pub blocked_by: bool,
+    /// The user mutes the other.
+    pub muting: bool,
+    /// The user's follow request to the other is pending.
+    pub requested: bool,
+    /// The other's follow request to the user is pending.
+    pub requested_by: bool,
+}
+
 /// FAILED_PRECONDITION BLOCKED: one of the two users blocks the other. The same answer for
 /// both sides, so the blocked user learns nothing about who blocked whom.
 pub(crate) fn blocked_error() -> ApiError {
@@ -83,6 +98,9 @@ impl Relations {
             return Ok(BlockOutcome { changed: false, edges_removed: 0 });
         }
         restrictions::insert(txn, Restriction::Block, blocker_id, blocked_id, now).await?;
+        // Pending follow requests between them go too (not edges: no events).
+        restrictions::delete(txn, Restriction::Request, blocker_id, blocked_id).await?;
+        restrictions::delete(txn, Restriction::Request, blocked_id, blocker_id).await?;
         let mut events = Vec::new();
         for (f, e) in rows {
             let Some((old, _)) = edges::get_following(txn, f, e, true).await? else { continue };
@@ -164,23 +182,34 @@ impl Relations {
         let list = match kind {
             Restriction::Block => ListKind::Blocks,
             Restriction::Mute => ListKind::Mutes,
+            Restriction::Request => ListKind::OutgoingRequests,
         };
         let req = page_request(self.token_key(), list, &[("user_id", user_id)], page_size, token)?;
         let rows = restrictions::list(&self.db, kind, user_id, req.after, req.size + 1).await.map_err(db_error)?;
         Ok(self.token_key().finish(rows, req.size, list, user_id, 0))
     }
 
-    /// For each of `others`: (`user_id` blocks it, it blocks `user_id`, `user_id` mutes it).
-    /// The ids are validated by the caller.
+    /// For each of `others`, in order: the blocks, mute and pending follow requests between it
+    /// and `user_id`. The ids are validated by the caller.
     ///
     /// # Errors
     /// UNAVAILABLE.
-    pub async fn restrictions_with(&self, user_id: i64, others: &[i64]) -> ApiResult<Vec<(bool, bool, bool)>> {
+    pub async fn restrictions_with(&self, user_id: i64, others: &[i64]) -> ApiResult<Vec<Flags>> {
         let mut pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
         let outgoing = pairs.len();
         pairs.extend(others.iter().map(|&o| (o, user_id)));
         let blocks = restrictions::among(&self.db, Restriction::Block, &pairs).await.map_err(db_error)?;
         let mutes = restrictions::among(&self.db, Restriction::Mute, &pairs[..outgoing]).await.map_err(db_error)?;
-        Ok(others.iter().map(|&o| (blocks.contains(&(user_id, o)), blocks.contains(&(o, user_id)), mutes.contains(&(user_id, o)))).collect())
+        let requests = restrictions::among(&self.db, Restriction::Request, &pairs).await.map_err(db_error)?;
+        Ok(others
+            .iter()
+            .map(|&o| Flags {
+                blocking: blocks.contains(&(user_id, o)),
+                blocked_by: blocks.contains(&(o, user_id)),
+                muting: mutes.contains(&(user_id, o)),
+                requested: requests.contains(&(user_id, o)),
+                requested_by: requests.contains(&(o, user_id)),
+            })
+            .collect())
     }
 }

@@ -20,6 +20,7 @@ use socialgraph_storage::accounts;
 use socialgraph_storage::cas::{self, CasOutcome};
 use socialgraph_storage::edges::{self, Col, EdgeTable};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
+use socialgraph_storage::restrictions::{self, Restriction};
 use tokio::sync::Notify;
 
 use crate::config::{Config, OnRedisError};
@@ -69,10 +70,12 @@ pub struct Relations {
 /// Result of a Follow.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowOutcome {
-    /// The edge changed and one event was written.
+    /// The edge changed and one event was written, or (with `requested`) a request was made.
     pub changed: bool,
     /// The edge after the call.
     pub edge: Edge,
+    /// The followee's account is locked: a follow request is pending instead of an edge.
+    pub requested: bool,
 }
 
 /// Result of an Unfollow.
@@ -82,6 +85,8 @@ pub struct UnfollowOutcome {
     pub changed: bool,
     /// The edge's version after the call (0 when the edge never existed).
     pub version: i64,
+    /// A pending follow request was cancelled instead (the edge did not change).
+    pub request_cancelled: bool,
 }
 
 pub use socialgraph_domain::Page;
@@ -189,12 +194,17 @@ impl Relations {
             });
         }
         // A repeat costs no token and takes no lock; nor does a refusal for a block.
-        let seen = edges::get_following(&self.db, follower_id, followee_id, false).await.map_err(db_error)?;
-        let seen = unblocked(seen)?;
+        let pre = edges::follow_pre_read(&self.db, follower_id, followee_id).await.map_err(db_error)?;
+        let seen = unblocked(pre.row)?;
         if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
-            return Ok(FollowOutcome { changed: false, edge: e });
+            return Ok(FollowOutcome::edge(false, e));
         }
         self.check_rate_limit(follower_id).await?;
+        if pre.followee_locked
+            && let crate::requests::RequestOutcome::Done(out) = self.request_follow(follower_id, followee_id).await?
+        {
+            return Ok(out);
+        }
         let outcome = if self.single_statement_writes() {
             self.follow_cas(follower_id, followee_id, seen).await?
         } else {
@@ -216,7 +226,7 @@ impl Relations {
         let cap = self.config.limits.following_cap;
         for _ in 0..=MAX_TX_RETRIES {
             if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
-                return Ok(FollowOutcome { changed: false, edge: e });
+                return Ok(FollowOutcome::edge(false, e));
             }
             let now = now_ms();
             let edge = Edge::followed(follower_id, followee_id, seen.as_ref(), now, now);
@@ -225,7 +235,7 @@ impl Relations {
             let outcome =
                 socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::follow(&self.db, &edge, expected, cap, &event)).await.map_err(db_error)?;
             match outcome {
-                CasOutcome::Written => return Ok(FollowOutcome { changed: true, edge }),
+                CasOutcome::Written => return Ok(FollowOutcome::edge(true, edge)),
                 CasOutcome::AtCap(count) => return Err(cap_reached(follower_id, count, cap)),
                 CasOutcome::Conflict => {
                     if !accounts::inactive_among(&self.db, &[follower_id, followee_id]).await.map_err(db_error)?.is_empty() {
@@ -242,10 +252,10 @@ impl Relations {
     async fn unfollow_cas(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
         for _ in 0..=MAX_TX_RETRIES {
             let Some(old) = edges::get(&self.db, EdgeTable::Following, follower_id, followee_id, false).await.map_err(db_error)? else {
-                return Ok(UnfollowOutcome { changed: false, version: 0 });
+                return Ok(UnfollowOutcome { changed: false, version: 0, request_cancelled: false });
             };
             if old.state == EdgeState::NotFollowing {
-                return Ok(UnfollowOutcome { changed: false, version: old.version });
+                return Ok(UnfollowOutcome { changed: false, version: old.version, request_cancelled: false });
             }
             let now = now_ms();
             let edge = old.unfollowed(now);
@@ -253,7 +263,7 @@ impl Relations {
             let outcome =
                 socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::unfollow(&self.db, &edge, old.version, &event)).await.map_err(db_error)?;
             if outcome == CasOutcome::Written {
-                return Ok(UnfollowOutcome { changed: true, version: edge.version });
+                return Ok(UnfollowOutcome { changed: true, version: edge.version, request_cancelled: false });
             }
         }
         Err(edge_contended())
@@ -262,10 +272,11 @@ impl Relations {
     async fn follow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<FollowOutcome, TxError> {
         let old = unblocked(edges::get_following(txn, follower_id, followee_id, true).await?).map_err(TxError::Api)?;
         if let Some(e) = old.filter(|e| e.state == EdgeState::Following) {
-            return Ok(FollowOutcome { changed: false, edge: e });
+            return Ok(FollowOutcome::edge(false, e));
         }
         let cap = self.config.limits.following_cap;
-        let count = edges::count(txn, EdgeTable::Following, Col::FollowerId, follower_id).await?;
+        let count = edges::count(txn, EdgeTable::Following, Col::FollowerId, follower_id).await?
+            + restrictions::count_of(txn, Restriction::Request, follower_id, cap).await?;
         if count >= cap {
             return Err(TxError::Api(cap_reached(follower_id, count, cap)));
         }
@@ -280,21 +291,21 @@ impl Relations {
         if !accounts::inactive_among(txn, &[follower_id, followee_id]).await?.is_empty() {
             return Err(TxError::Api(crate::lifecycle::inactive_error()));
         }
-        Ok(FollowOutcome { changed: true, edge })
+        Ok(FollowOutcome::edge(true, edge))
     }
 
     async fn unfollow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<UnfollowOutcome, TxError> {
         let Some(old) = edges::get(txn, EdgeTable::Following, follower_id, followee_id, true).await? else {
-            return Ok(UnfollowOutcome { changed: false, version: 0 });
+            return Ok(UnfollowOutcome { changed: false, version: 0, request_cancelled: false });
         };
         if old.state == EdgeState::NotFollowing {
-            return Ok(UnfollowOutcome { changed: false, version: old.version });
+            return Ok(UnfollowOutcome { changed: false, version: old.version, request_cancelled: false });
         }
         let now = now_ms();
         let edge = old.unfollowed(now);
         edges::update(txn, EdgeTable::Following, &edge).await?;
         outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Unfollowed, now)]).await?;
-        Ok(UnfollowOutcome { changed: true, version: edge.version })
+        Ok(UnfollowOutcome { changed: true, version: edge.version, request_cancelled: false })
     }
 
     /// Makes `follower_id` stop following `followee_id`.
@@ -303,13 +314,16 @@ impl Relations {
     /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
     pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
         validate_pair(follower_id, followee_id)?;
-        let outcome = if self.single_statement_writes() {
+        let mut outcome = if self.single_statement_writes() {
             self.unfollow_cas(follower_id, followee_id).await?
         } else {
             in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await)
         };
         if outcome.changed {
             self.relay_wake.notify_one();
+        } else {
+            // Not following: maybe a request is pending (a locked followee); cancel it.
+            outcome.request_cancelled = restrictions::delete(&self.db, Restriction::Request, follower_id, followee_id).await.map_err(db_error)?;
         }
         Ok(outcome)
     }
@@ -417,7 +431,7 @@ fn unblocked(row: Option<(Edge, bool)>) -> ApiResult<Option<Edge>> {
 }
 
 /// FAILED_PRECONDITION FOLLOWING_LIMIT: the follower already follows `count` ≥ `cap` accounts.
-fn cap_reached(follower_id: i64, count: i64, cap: i64) -> ApiError {
+pub(crate) fn cap_reached(follower_id: i64, count: i64, cap: i64) -> ApiError {
     ApiError::FailedPrecondition {
         reason: "FOLLOWING_LIMIT",
         message: format!("user {follower_id} already follows {count} accounts, the limit is {cap}"),

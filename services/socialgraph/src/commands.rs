@@ -55,9 +55,13 @@ pub async fn list(endpoints: &Endpoints, q: ListQuery, paging: Paging, json: boo
         q.page(&mut client, paging.page_size.unwrap_or(0), paging.page_token).await?
     };
     let footer = if next.is_empty() { String::new() } else { format!("next page token: {next}") };
-    if let ListQuery::Blocks { .. } | ListQuery::Mutes { .. } = q {
+    if let ListQuery::Blocks { .. } | ListQuery::Mutes { .. } | ListQuery::Requests { .. } = q {
         let rows: Vec<RestrictedRow> = entries.iter().map(|e| RestrictedRow { user_id: e.user_id, since: ms_time(e.followed_at_ms) }).collect();
-        let key = if matches!(q, ListQuery::Blocks { .. }) { "blocks" } else { "mutes" };
+        let key = match q {
+            ListQuery::Blocks { .. } => "blocks",
+            ListQuery::Mutes { .. } => "mutes",
+            _ => "requests",
+        };
         print_rows(&rows, json, &json!({ key: rows, "next_page_token": next }), &[footer]);
         return Ok(());
     }
@@ -91,6 +95,36 @@ pub async fn account(endpoints: &Endpoints, action: AccountAction, user_id: i64,
     Ok(())
 }
 
+/// Locks or unlocks `user_id`'s account and prints what changed.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn set_locked(endpoints: &Endpoints, user_id: i64, locked: bool, json: bool) -> CliResult<()> {
+    let (changed, approved) = crate::writes::set_locked(endpoints, user_id, locked).await?;
+    let value = json!({ "user_id": user_id, "locked": locked, "changed": changed, "approved": approved });
+    if json {
+        print_json(&value);
+    } else {
+        out!("user {user_id}: locked={locked} changed={changed} requests approved={approved}");
+    }
+    Ok(())
+}
+
+/// Approves or rejects pending follow requests and prints how many.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn answer_requests(endpoints: &Endpoints, user_id: i64, requesters: &[i64], approve: bool, json: bool) -> CliResult<()> {
+    let n = crate::writes::answer_requests(endpoints, user_id, requesters, approve).await?;
+    let key = if approve { "approved" } else { "rejected" };
+    if json {
+        print_json(&json!({ "user_id": user_id, key: n }));
+    } else {
+        out!("user {user_id}: {key} {n}");
+    }
+    Ok(())
+}
+
 /// Prints the relationships of `user_id` with each of `others`.
 ///
 /// # Errors
@@ -108,6 +142,8 @@ pub async fn relationship(endpoints: &Endpoints, user_id: i64, others: &[i64], j
             blocking: r.blocking,
             blocked_by: r.blocked_by,
             muting: r.muting,
+            requested: r.requested,
+            requested_by: r.requested_by,
         })
         .collect();
     print_rows(&rows, json, &json!({ "user_id": user_id, "relationships": rows }), &[]);

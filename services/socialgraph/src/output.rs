@@ -93,11 +93,26 @@ pub struct RelationshipRow {
     pub blocked_by: bool,
     /// The user mutes the other.
     pub muting: bool,
+    /// The user's follow request to the other is pending.
+    pub requested: bool,
+    /// The other's follow request to the user is pending.
+    pub requested_by: bool,
 }
 
 impl TableRow for RelationshipRow {
     fn header() -> Vec<&'static str> {
-        vec!["other_user_id", "following", "followed_by", "followed_at", "followed_by_at", "blocking", "blocked_by", "muting"]
+        vec![
+            "other_user_id",
+            "following",
+            "followed_by",
+            "followed_at",
+            "followed_by_at",
+            "blocking",
+            "blocked_by",
+            "muting",
+            "requested",
+            "requested_by",
+        ]
     }
     fn cells(&self) -> Vec<String> {
         vec![
@@ -109,6 +124,8 @@ impl TableRow for RelationshipRow {
             self.blocking.to_string(),
             self.blocked_by.to_string(),
             self.muting.to_string(),
+            self.requested.to_string(),
+            self.requested_by.to_string(),
         ]
     }
 }

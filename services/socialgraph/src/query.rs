@@ -53,6 +53,14 @@ pub enum ListQuery {
         /// Whose mutes.
         user_id: i64,
     },
+    /// Pending follow requests to (`outgoing` false) or from `user_id`, newest first
+    /// (ListFollowRequests; the entry's time is the request's).
+    Requests {
+        /// Whose requests.
+        user_id: i64,
+        /// The requests `user_id` made instead of those made to it.
+        outgoing: bool,
+    },
 }
 
 /// One list entry: the account and the time that orders the list (of the follow; of the block
@@ -134,6 +142,12 @@ impl ListQuery {
             }
             (Self::Mutes { user_id }, ListClient::Relation(c)) => {
                 let r = c.list_mutes(rel::ListMutesRequest { user_id, page_size, page_token }).await.map_err(relation_err)?.into_inner();
+                Ok((restricted_entries(r.accounts), r.next_page_token))
+            }
+            (Self::Requests { user_id, outgoing }, ListClient::Relation(c)) => {
+                let direction = if outgoing { rel::RequestDirection::Outgoing } else { rel::RequestDirection::Incoming } as i32;
+                let req = rel::ListFollowRequestsRequest { user_id, direction, page_size, page_token };
+                let r = c.list_follow_requests(req).await.map_err(relation_err)?.into_inner();
                 Ok((restricted_entries(r.accounts), r.next_page_token))
             }
             _ => Err(wrong()),

@@ -175,3 +175,34 @@ pub async fn account(endpoints: &Endpoints, action: AccountAction, user_id: i64)
     let job = rel::AccountJob::try_from(a.job).map_or_else(|_| a.job.to_string(), |j| name(j.as_str_name(), "ACCOUNT_JOB_"));
     Ok(AccountRow { user_id: a.user_id, status, job, edges_done: a.edges_done, changed })
 }
+
+/// Locks (`locked`) or unlocks `user_id`'s account; returns (changed, requests an unlock
+/// approved).
+///
+/// # Errors
+/// [`CliError::Connect`]; [`CliError::Rpc`].
+pub async fn set_locked(endpoints: &Endpoints, user_id: i64, locked: bool) -> CliResult<(bool, i64)> {
+    let mut c = endpoints.relation().await?;
+    let r = c.set_account_locked(rel::SetAccountLockedRequest { user_id, locked }).await.map_err(|s| CliError::rpc(RELATION, s))?.into_inner();
+    Ok((r.changed, r.approved))
+}
+
+/// `user_id` approves (`approve`) or rejects the pending requests of `requesters` (sent 1000
+/// per call); returns how many it handled.
+///
+/// # Errors
+/// [`CliError::Connect`]; [`CliError::Rpc`].
+pub async fn answer_requests(endpoints: &Endpoints, user_id: i64, requesters: &[i64], approve: bool) -> CliResult<i64> {
+    let mut c = endpoints.relation().await?;
+    let mut total = 0;
+    for chunk in requesters.chunks(socialgraph_domain::MAX_BATCH) {
+        let requester_ids = chunk.to_vec();
+        total += if approve {
+            c.approve_follow_requests(rel::ApproveFollowRequestsRequest { user_id, requester_ids }).await.map(|r| r.into_inner().approved)
+        } else {
+            c.reject_follow_requests(rel::RejectFollowRequestsRequest { user_id, requester_ids }).await.map(|r| r.into_inner().rejected)
+        }
+        .map_err(|s| CliError::rpc(RELATION, s))?;
+    }
+    Ok(total)
+}

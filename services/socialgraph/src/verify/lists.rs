@@ -41,6 +41,7 @@ fn describe(q: ListQuery) -> String {
         }
         ListQuery::Blocks { user_id } => format!("blocks of {user_id}"),
         ListQuery::Mutes { user_id } => format!("mutes of {user_id}"),
+        ListQuery::Requests { user_id, .. } => format!("follow requests of {user_id}"),
     }
 }
 

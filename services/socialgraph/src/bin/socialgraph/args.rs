@@ -137,6 +137,39 @@ pub enum Command {
         #[command(flatten)]
         paging: PagingArgs,
     },
+    /// Lock USER's account: follows of it become requests it approves.
+    Lock(UserArg),
+    /// Unlock USER's account, approving every pending request.
+    Unlock(UserArg),
+    /// Pending follow requests to USER (or, with --outgoing, from USER), newest first.
+    Requests {
+        /// The user.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        /// The requests USER made.
+        #[arg(long)]
+        outgoing: bool,
+        #[command(flatten)]
+        paging: PagingArgs,
+    },
+    /// USER approves the pending requests of REQUESTERS (each becomes a follow).
+    Approve {
+        /// The locked account.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        /// The requesters (any number; sent 1000 per request).
+        #[arg(required = true, allow_negative_numbers = true)]
+        requesters: Vec<i64>,
+    },
+    /// USER rejects the pending requests of REQUESTERS.
+    Reject {
+        /// The locked account.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        /// The requesters (any number; sent 1000 per request).
+        #[arg(required = true, allow_negative_numbers = true)]
+        requesters: Vec<i64>,
+    },
     /// An account's lifecycle: show, deactivate, reactivate, suspend, delete.
     #[command(subcommand)]
     Account(AccountCommand),

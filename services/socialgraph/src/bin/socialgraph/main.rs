@@ -50,6 +50,13 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::RemoveFollower(p) => commands::change(e, Write::RemoveFollower, p.user, p.other, json).await?,
         Command::Blocks { user, paging } => commands::list(e, ListQuery::Blocks { user_id: user }, paging.into(), json).await?,
         Command::Mutes { user, paging } => commands::list(e, ListQuery::Mutes { user_id: user }, paging.into(), json).await?,
+        Command::Lock(u) => commands::set_locked(e, u.user, true, json).await?,
+        Command::Unlock(u) => commands::set_locked(e, u.user, false, json).await?,
+        Command::Requests { user, outgoing, paging } => {
+            commands::list(e, ListQuery::Requests { user_id: user, outgoing }, paging.into(), json).await?
+        }
+        Command::Approve { user, requesters } => commands::answer_requests(e, user, &requesters, true, json).await?,
+        Command::Reject { user, requesters } => commands::answer_requests(e, user, &requesters, false, json).await?,
         Command::Account(a) => {
             let (action, user) = match a {
                 AccountCommand::Show(u) => (AccountAction::Show, u.user),

@@ -1,0 +1,211 @@
+//! Locked accounts and follow requests. A Follow of a locked account writes a pending request
+//! (`follow_request`) instead of an edge: no event, not a follower, not counted, but it counts
+//! against the requester's following cap and rate limit like a follow. The account approves
+//! (the edge is made with its FOLLOWED event, in one transaction with the request's removal) or
+//! rejects; the requester cancels with Unfollow; a block removes requests both ways; unlocking
+//! approves every pending request in the same transaction that unlocks.
+//!
+//! How a request racing an unlock is closed: a locked account always has an `account` row; the
+//! request's transaction reads it FOR SHARE, and the unlock updates it, so the unlock waits for
+//! requests in flight and then approves them, and a request after the unlock sees it unlocked
+//! and becomes a plain follow.
+
+use sea_orm::DatabaseTransaction;
+use sea_orm::sea_query::LockType;
+use socialgraph_domain::{Edge, EdgeState, ListKind, validate_batch, validate_user_id};
+use socialgraph_proto::events::v1::RelationEventKind;
+use socialgraph_server::paging::page_request;
+use socialgraph_server::{ApiResult, db_error};
+use socialgraph_storage::accounts::{self, Account, AccountStatus};
+use socialgraph_storage::edges::{self, Col, EdgeTable};
+use socialgraph_storage::outbox;
+use socialgraph_storage::restrictions::{self, Restriction};
+
+use crate::service::{FollowOutcome, Page, Relations, TxError, cap_reached, in_tx, now_ms};
+
+/// What a Follow of a (maybe) locked account did.
+pub(crate) enum RequestOutcome {
+    /// The account is not locked (any more): follow it.
+    NotLocked,
+    /// Answered: a request was written, one was pending already, or the edge exists.
+    Done(FollowOutcome),
+}
+
+/// Which requests to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Requests others made to the user.
+    Incoming,
+    /// Requests the user made.
+    Outgoing,
+}
+
+impl Relations {
+    /// `follower_id` asks to follow the locked `followee_id`. Validated ids, token taken.
+    pub(crate) async fn request_follow(&self, follower_id: i64, followee_id: i64) -> ApiResult<RequestOutcome> {
+        Ok(in_tx!(self, txn => self.request_tx(&txn, follower_id, followee_id).await))
+    }
+
+    async fn request_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<RequestOutcome, TxError> {
+        let target = accounts::get_locked(txn, followee_id, Some(LockType::Share)).await?;
+        let Some(target) = target.filter(|a| a.locked) else { return Ok(RequestOutcome::NotLocked) };
+        if target.status != AccountStatus::Active {
+            return Err(TxError::Api(crate::lifecycle::inactive_error()));
+        }
+        let row = edges::get_following(txn, follower_id, followee_id, true).await?;
+        let old = match row {
+            Some((_, true)) => return Err(TxError::Api(crate::restrict::blocked_error())),
+            Some((e, _)) if e.state == EdgeState::Following => return Ok(RequestOutcome::Done(FollowOutcome::edge(false, e))),
+            row => row.map(|(e, _)| e),
+        };
+        let pending = FollowOutcome::request(follower_id, followee_id, old);
+        if restrictions::exists(txn, Restriction::Request, follower_id, followee_id, false).await? {
+            return Ok(RequestOutcome::Done(FollowOutcome { changed: false, ..pending }));
+        }
+        let cap = self.config.limits.following_cap;
+        let count = edges::count(txn, EdgeTable::Following, Col::FollowerId, follower_id).await?
+            + restrictions::count_of(txn, Restriction::Request, follower_id, cap).await?;
+        if count >= cap {
+            return Err(TxError::Api(cap_reached(follower_id, count, cap)));
+        }
+        restrictions::insert(txn, Restriction::Request, follower_id, followee_id, now_ms()).await?;
+        if !accounts::inactive_among(txn, &[follower_id]).await?.is_empty() {
+            return Err(TxError::Api(crate::lifecycle::inactive_error()));
+        }
+        Ok(RequestOutcome::Done(pending))
+    }
+
+    /// Locks (`locked`) or unlocks `user_id`'s account; unlocking approves every pending
+    /// request in the same transaction. Returns (changed, requests approved).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad id); FAILED_PRECONDITION ACCOUNT_INACTIVE; UNAVAILABLE.
+    pub async fn set_locked(&self, user_id: i64, locked: bool) -> ApiResult<(bool, i64)> {
+        validate_user_id("user_id", user_id)?;
+        let out = in_tx!(self, txn => async {
+            let acc = accounts::get(&txn, user_id, true).await?.unwrap_or(Account::active(user_id));
+            if acc.status != AccountStatus::Active {
+                return Err(TxError::Api(crate::lifecycle::inactive_error()));
+            }
+            if acc.locked == locked {
+                return Ok((false, 0));
+            }
+            accounts::put(&txn, &Account { locked, ..acc }).await?;
+            let mut approved = 0;
+            if !locked {
+                // Keyset pages: requests kept (an inactive requester's) are not read twice.
+                let mut after = None;
+                loop {
+                    let page = restrictions::list_incoming(&txn, Restriction::Request, user_id, after, 1000).await?;
+                    let Some(last) = page.last() else { break };
+                    after = Some(socialgraph_domain::Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id });
+                    let ids: Vec<i64> = page.iter().map(|e| e.user_id).collect();
+                    approved += self.approve_tx(&txn, user_id, &ids).await?;
+                }
+            }
+            Ok((true, approved))
+        }
+        .await);
+        if out.1 > 0 {
+            self.relay_wake.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// `user_id` approves (`approve`) or rejects the pending requests of `requester_ids`;
+    /// returns how many it handled (requests that were not pending are ignored).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT (bad ids, batch size); FAILED_PRECONDITION ACCOUNT_INACTIVE (approving
+    /// on an inactive account); UNAVAILABLE.
+    pub async fn answer_requests(&self, user_id: i64, requester_ids: &[i64], approve: bool) -> ApiResult<i64> {
+        let mut bad: Vec<_> = validate_user_id("user_id", user_id).err().into_iter().collect();
+        if let Err(v) = validate_batch("requester_ids", requester_ids) {
+            bad.extend(v);
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
+        if !approve {
+            let gone = restrictions::delete_many(&self.db, Restriction::Request, user_id, requester_ids, true).await.map_err(db_error)?;
+            return Ok(gone.len() as i64);
+        }
+        let approved = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);
+        if approved > 0 {
+            self.relay_wake.notify_one();
+        }
+        Ok(approved)
+    }
+
+    /// Turns the pending requests of `requester_ids` to `user_id` into edges with their events;
+    /// requesters whose account is not active keep their request. The accounts are read again
+    /// after the writes, as every follow path does (see `lifecycle`).
+    async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<i64, TxError> {
+        let mut everyone: Vec<i64> = requester_ids.to_vec();
+        everyone.push(user_id);
+        let inactive = accounts::inactive_among(txn, &everyone).await?;
+        if inactive.contains(&user_id) {
+            return Err(TxError::Api(crate::lifecycle::inactive_error()));
+        }
+        let mut wanted: Vec<i64> = requester_ids.iter().copied().filter(|r| !inactive.contains(r)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let found = restrictions::delete_many(txn, Restriction::Request, user_id, &wanted, true).await?;
+        let pairs: Vec<(i64, i64)> = found.iter().map(|&r| (r, user_id)).collect();
+        let existing: std::collections::HashMap<(i64, i64), Edge> =
+            edges::get_many(txn, EdgeTable::Following, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
+        let blocked = edges::blocked_among(txn, &pairs).await?;
+        let now = now_ms();
+        let (mut inserts, mut events) = (Vec::new(), Vec::new());
+        for pair in pairs.iter().filter(|p| !blocked.contains(p)) {
+            let old = existing.get(pair);
+            if old.is_some_and(|e| e.state == EdgeState::Following) {
+                continue;
+            }
+            let edge = Edge::followed(pair.0, pair.1, old, now, now);
+            match old {
+                Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
+                None => inserts.push(edge),
+            }
+            events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+        }
+        edges::insert(txn, EdgeTable::Following, &inserts).await?;
+        outbox::insert(txn, &events).await?;
+        if !events.is_empty() && accounts::inactive_among(txn, &everyone).await?.len() > inactive.len() {
+            return Err(TxError::Raced);
+        }
+        Ok(events.len() as i64)
+    }
+
+    /// One page of `user_id`'s incoming or outgoing pending requests, newest first.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id, page size or token; UNAVAILABLE.
+    pub async fn list_requests(&self, user_id: i64, direction: Direction, page_size: i32, token: &str) -> ApiResult<Page> {
+        let list = match direction {
+            Direction::Incoming => ListKind::IncomingRequests,
+            Direction::Outgoing => ListKind::OutgoingRequests,
+        };
+        let req = page_request(self.token_key(), list, &[("user_id", user_id)], page_size, token)?;
+        let rows = match direction {
+            Direction::Incoming => restrictions::list_incoming(&self.db, Restriction::Request, user_id, req.after, req.size + 1).await,
+            Direction::Outgoing => restrictions::list(&self.db, Restriction::Request, user_id, req.after, req.size + 1).await,
+        }
+        .map_err(db_error)?;
+        Ok(self.token_key().finish(rows, req.size, list, user_id, 0))
+    }
+}
+
+impl FollowOutcome {
+    /// A Follow answered with an edge (`changed`: this call wrote it).
+    pub(crate) fn edge(changed: bool, edge: Edge) -> Self {
+        Self { changed, edge, requested: false }
+    }
+
+    /// A Follow answered with a pending request; `edge` is the row as it stands (version 0
+    /// when none).
+    pub(crate) fn request(follower_id: i64, followee_id: i64, edge: Option<Edge>) -> Self {
+        let edge = edge.unwrap_or(Edge { follower_id, followee_id, state: EdgeState::NotFollowing, version: 0, followed_at_ms: 0, updated_at_ms: 0 });
+        Self { changed: true, edge, requested: true }
+    }
+}
