@@ -234,3 +234,56 @@ async fn the_embedded_mesh_applies_blocks_and_removed_followers_exactly() -> any
     let _ = std::fs::remove_dir_all(data.parent().expect("dir"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_embedded_mesh_runs_account_jobs_and_follow_requests() -> anyhow::Result<()> {
+    use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+    use socialgraph_proto::relation::v1::{
+        AccountJob, AccountStatus, DeleteAccountRequest, FollowRequest, GetAccountRequest, SetAccountLockedRequest, SetAccountStatusRequest,
+    };
+    const USERS: i64 = 5;
+    let data = temp_file("dev.sqlite");
+    let dev = start(&data).await?;
+    let mut rc = RelationServiceClient::connect(dev.0.relation.clone()).await?;
+    for (a, b) in [(1, 2), (2, 1), (3, 1), (4, 2)] {
+        rc.follow(FollowRequest { follower_id: a, followee_id: b }).await?;
+    }
+    rc.set_account_status(SetAccountStatusRequest { user_id: 1, status: AccountStatus::Deactivated as i32 }).await?;
+    let job_done = |rc: RelationServiceClient<tonic::transport::Channel>, user_id: i64| {
+        socialgraph_testkit::eventually(SETTLE, "the account job", move || {
+            let mut rc = rc.clone();
+            async move {
+                let a = rc.get_account(GetAccountRequest { user_id }).await?.into_inner().account.unwrap_or_default();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok((a.job == AccountJob::None as i32).then_some(()))
+            }
+        })
+    };
+    job_done(rc.clone(), 1).await?;
+    let (following, _) = tables(&data).await?;
+    let exact = exact_counts(&following);
+    assert_eq!((exact.get(&1).copied().unwrap_or_default(), exact[&2]), ((0, 0), (0, 1)), "user 1's follows are hidden");
+    dev.settle(&exact, USERS).await?;
+    rc.set_account_locked(SetAccountLockedRequest { user_id: 2, locked: true }).await?;
+    assert!(rc.follow(FollowRequest { follower_id: 5, followee_id: 2 }).await?.into_inner().requested);
+    rc.set_account_status(SetAccountStatusRequest { user_id: 1, status: AccountStatus::Active as i32 }).await?;
+    job_done(rc.clone(), 1).await?;
+    rc.delete_account(DeleteAccountRequest { user_id: 3 }).await?;
+    job_done(rc.clone(), 3).await?;
+    let unlocked = rc.set_account_locked(SetAccountLockedRequest { user_id: 2, locked: false }).await?.into_inner();
+    assert_eq!(unlocked.approved, 1);
+    let (following, _) = tables(&data).await?;
+    let exact = exact_counts(&following);
+    // 1 → 2 and 2 → 1 back, 3's follow ended, 4 → 2 and the approved 5 → 2.
+    assert_eq!((exact[&1], exact[&2], exact.get(&3).copied().unwrap_or_default()), ((1, 1), (1, 3), (0, 0)));
+    dev.settle(&exact, USERS).await?;
+    let (following, follower) = tables(&data).await?;
+    let visible: Vec<Edge> = following
+        .into_iter()
+        .map(|e| if e.state == socialgraph_domain::EdgeState::Hidden { Edge { state: socialgraph_domain::EdgeState::NotFollowing, ..e } } else { e })
+        .collect();
+    assert_projected(&visible, &follower);
+    dev.stop().await?;
+    let _ = std::fs::remove_dir_all(data.parent().expect("dir"));
+    Ok(())
+}

@@ -136,14 +136,28 @@ async fn list_by<C: ConnectionTrait>(
 /// # Errors
 /// Database errors.
 pub async fn among<C: ConnectionTrait>(conn: &C, kind: Restriction, pairs: &[(i64, i64)]) -> Result<HashSet<(i64, i64)>, DbErr> {
+    among_locking(conn, kind, pairs, false).await
+}
+
+/// [`among`], with `for_update` locking the rows found (a row deleted meanwhile by another
+/// transaction is waited for and then not found).
+async fn among_locking<C: ConnectionTrait>(
+    conn: &C,
+    kind: Restriction,
+    pairs: &[(i64, i64)],
+    for_update: bool,
+) -> Result<HashSet<(i64, i64)>, DbErr> {
     let (o, t) = kind.cols();
     let mut out = HashSet::new();
     for chunk in pairs.chunks(crate::edges::MAX_TUPLES_PER_QUERY) {
-        let q = Query::select()
+        let mut q = Query::select()
             .columns([o.clone(), t.clone()])
             .from(kind.table())
             .and_where(Expr::tuple([Expr::col(o.clone()), Expr::col(t.clone())]).in_tuples(chunk.iter().copied()))
             .to_owned();
+        if for_update {
+            q.lock(LockType::Update);
+        }
         for row in conn.query_all(&q).await? {
             out.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
         }
@@ -162,13 +176,14 @@ pub async fn delete_all_of<C: ConnectionTrait>(conn: &C, kind: Restriction, user
 }
 
 /// Deletes the rows `owner` → each of `targets` (or, with `incoming`, each of `targets` →
-/// `owner`) that exist; returns the peers whose row it deleted.
+/// `owner`) that exist, locking them first; returns the peers whose row it deleted (a row
+/// another transaction deleted first is not among them).
 ///
 /// # Errors
 /// Database errors.
 pub async fn delete_many<C: ConnectionTrait>(conn: &C, kind: Restriction, owner: i64, targets: &[i64], incoming: bool) -> Result<Vec<i64>, DbErr> {
     let pairs: Vec<(i64, i64)> = targets.iter().map(|&t| if incoming { (t, owner) } else { (owner, t) }).collect();
-    let found = among(conn, kind, &pairs).await?;
+    let found = among_locking(conn, kind, &pairs, true).await?;
     let (o, t) = kind.cols();
     let existing: Vec<(i64, i64)> = pairs.into_iter().filter(|p| found.contains(p)).collect();
     for chunk in existing.chunks(crate::edges::MAX_TUPLES_PER_QUERY) {

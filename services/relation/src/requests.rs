@@ -138,8 +138,9 @@ impl Relations {
     }
 
     /// Turns the pending requests of `requester_ids` to `user_id` into edges with their events;
-    /// requesters whose account is not active keep their request. The accounts are read again
-    /// after the writes, as every follow path does (see `lifecycle`).
+    /// the edge of a requester whose account is not active is made hidden (it comes back with
+    /// the account). The accounts are read again after the writes, as every follow path does
+    /// (see `lifecycle`).
     async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<i64, TxError> {
         let mut everyone: Vec<i64> = requester_ids.to_vec();
         everyone.push(user_id);
@@ -147,7 +148,7 @@ impl Relations {
         if inactive.contains(&user_id) {
             return Err(TxError::Api(crate::lifecycle::inactive_error()));
         }
-        let mut wanted: Vec<i64> = requester_ids.iter().copied().filter(|r| !inactive.contains(r)).collect();
+        let mut wanted: Vec<i64> = requester_ids.to_vec();
         wanted.sort_unstable();
         wanted.dedup();
         let found = restrictions::delete_many(txn, Restriction::Request, user_id, &wanted, true).await?;
@@ -159,15 +160,22 @@ impl Relations {
         let (mut inserts, mut events) = (Vec::new(), Vec::new());
         for pair in pairs.iter().filter(|p| !blocked.contains(p)) {
             let old = existing.get(pair);
-            if old.is_some_and(|e| e.state == EdgeState::Following) {
+            if old.is_some_and(|e| e.state != EdgeState::NotFollowing) {
                 continue;
             }
-            let edge = Edge::followed(pair.0, pair.1, old, now, now);
+            let followed = Edge::followed(pair.0, pair.1, old, now, now);
+            // An inactive requester's follow is made hidden, as its other follows are: it
+            // counts from its reactivation on (UNFOLLOWED says "not following" until then).
+            let (edge, kind) = if inactive.contains(&pair.0) {
+                (Edge { state: EdgeState::Hidden, ..followed }, RelationEventKind::Unfollowed)
+            } else {
+                (followed, RelationEventKind::Followed)
+            };
             match old {
                 Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
                 None => inserts.push(edge),
             }
-            events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+            events.push(self.event_row(&edge, kind, now));
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
         outbox::insert(txn, &events).await?;
