@@ -127,7 +127,8 @@ impl Relations {
             return Err(bad.into());
         }
         if !approve {
-            let gone = restrictions::delete_many(&self.db, Restriction::Request, user_id, requester_ids, true).await.map_err(db_error)?;
+            let gone =
+                in_tx!(self, txn => restrictions::delete_many(&txn, Restriction::Request, user_id, requester_ids, true).await.map_err(TxError::Db));
             return Ok(gone.len() as i64);
         }
         let approved = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);

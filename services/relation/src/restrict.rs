@@ -147,7 +147,8 @@ impl Relations {
     pub async fn set_mute(&self, muter_id: i64, muted_id: i64, on: bool) -> ApiResult<bool> {
         validate_restriction(("muter_id", "muted_id"), muter_id, muted_id, "SELF_MUTE")?;
         if !on {
-            return restrictions::delete(&self.db, Restriction::Mute, muter_id, muted_id).await.map_err(db_error);
+            let delete = || restrictions::delete(&self.db, Restriction::Mute, muter_id, muted_id);
+            return socialgraph_storage::retry_tx(crate::service::MAX_TX_RETRIES, delete).await.map_err(db_error);
         }
         // Two identical mutes at once: the second insert meets the key and retries, then sees it.
         Ok(in_tx!(self, txn => async {

@@ -323,7 +323,8 @@ impl Relations {
             self.relay_wake.notify_one();
         } else {
             // Not following: maybe a request is pending (a locked followee); cancel it.
-            outcome.request_cancelled = restrictions::delete(&self.db, Restriction::Request, follower_id, followee_id).await.map_err(db_error)?;
+            let cancel = || restrictions::delete(&self.db, Restriction::Request, follower_id, followee_id);
+            outcome.request_cancelled = socialgraph_storage::retry_tx(MAX_TX_RETRIES, cancel).await.map_err(db_error)?;
         }
         Ok(outcome)
     }
