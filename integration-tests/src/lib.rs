@@ -100,6 +100,12 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The google.rpc ErrorInfo reason of a status (empty without one).
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
+}
+
 /// A relation-svc configuration for tests: the given database, a fresh topic and Redis key
 /// prefix, generous rate limits, an admin token, fast relay polling.
 pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {

@@ -209,6 +209,29 @@ impl Mesh {
         Ok(())
     }
 
+    /// Re-derives the follower table from the source (a projection Rebuild of everything must
+    /// write and delete nothing), then replays every event into the counters from the earliest
+    /// offset (counter-svc restarted without its offsets) and checks that no counter of `users`
+    /// moved.
+    ///
+    /// # Errors
+    /// Timed out, or an RPC, Redis or the restart failed; a difference panics.
+    pub async fn assert_rebuild_and_replay_change_nothing(&mut self, users: &[i64], deadline: Duration) -> anyhow::Result<()> {
+        use socialgraph_proto::projection::v1::{RebuildRequest, rebuild_request};
+        let mut pc = self.projection.projection().await?;
+        let r = pc.rebuild(admin(RebuildRequest { target: Some(rebuild_request::Target::All(true)) })).await?.into_inner();
+        assert_eq!((r.rows_written, r.rows_deleted), (0, 0), "a rebuild from the source agrees with the incremental result");
+        let before = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
+        self.counter.shutdown.cancel();
+        (&mut self.counter.task).await??;
+        let keys = socialgraph_cache::keys::Keys::new(self.prefix.clone());
+        let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&self.redis_url).await?, keys.consumer_offsets("counter")).await?;
+        self.counter = spawn_counter(self.counter_config()).await?;
+        self.settle(deadline).await?;
+        assert_eq!(crate::model::served_users(&mut self.counter.counter().await?, users).await?, before, "a full replay changes no counter");
+        Ok(())
+    }
+
     /// Stops everything and drops the database.
     ///
     /// # Errors

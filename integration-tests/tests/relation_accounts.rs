@@ -10,20 +10,15 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{ConnectionTrait, Statement};
 use socialgraph_integration_tests::model::served_users;
 use socialgraph_integration_tests::*;
-use socialgraph_proto::projection::v1::{ListFollowersRequest, RebuildRequest, rebuild_request};
+use socialgraph_proto::projection::v1::ListFollowersRequest;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::*;
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_types::StatusExt;
 
 const SETTLE: Duration = Duration::from_secs(300);
 type Client = RelationServiceClient<Channel>;
-
-fn reason(status: &tonic::Status) -> String {
-    status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
-}
 
 async fn follow(c: &mut Client, a: i64, b: i64) -> Result<FollowResponse, tonic::Status> {
     c.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(tonic::Response::into_inner)
@@ -346,17 +341,7 @@ async fn mixed_lifecycle(backend: Backend) -> anyhow::Result<()> {
         assert_eq!(bad.len(), 0, "{what}");
     }
     m.assert_views_exact(&users, SETTLE).await?;
-    let mut pc = m.projection.projection().await?;
-    let r = pc.rebuild(admin(RebuildRequest { target: Some(rebuild_request::Target::All(true)) })).await?.into_inner();
-    assert_eq!((r.rows_written, r.rows_deleted), (0, 0), "a rebuild from the source agrees with the incremental result");
-    let before = served_users(&mut m.counter.counter().await?, &users).await?;
-    m.counter.shutdown.cancel();
-    (&mut m.counter.task).await??;
-    let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone());
-    let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&m.redis_url).await?, keys.consumer_offsets("counter")).await?;
-    m.counter = spawn_counter(m.counter_config()).await?;
-    m.settle(SETTLE).await?;
-    assert_eq!(served_users(&mut m.counter.counter().await?, &users).await?, before, "a full replay changes no counter");
+    m.assert_rebuild_and_replay_change_nothing(&users, SETTLE).await?;
     m.stop().await
 }
 

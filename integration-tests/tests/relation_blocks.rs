@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{ConnectionTrait, Statement};
 use socialgraph_integration_tests::model::served_users;
 use socialgraph_integration_tests::*;
-use socialgraph_proto::projection::v1::{ListFollowersRequest, RebuildRequest, rebuild_request};
+use socialgraph_proto::projection::v1::ListFollowersRequest;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::*;
 use socialgraph_testkit::{Backend, kafka};
@@ -18,10 +18,6 @@ use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 const SETTLE: Duration = Duration::from_secs(240);
-
-fn reason(status: &tonic::Status) -> String {
-    status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
-}
 
 async fn follow(c: &mut RelationServiceClient<Channel>, a: i64, b: i64) -> Result<FollowResponse, tonic::Status> {
     c.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(tonic::Response::into_inner)
@@ -227,20 +223,7 @@ async fn concurrent_blocks(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(block_violations(&m).await?, (vec![], vec![]), "no edge stands across a block and every flag agrees with the blocks");
     assert_views_exact(&m, &users).await?;
 
-    // Re-deriving everything from the source finds nothing to repair.
-    let mut pc = m.projection.projection().await?;
-    let r = pc.rebuild(admin(RebuildRequest { target: Some(rebuild_request::Target::All(true)) })).await?.into_inner();
-    assert_eq!((r.rows_written, r.rows_deleted), (0, 0), "a rebuild agrees with the incremental result");
-
-    // Replaying every event into the counters from the earliest offset changes nothing.
-    let before = served_users(&mut m.counter.counter().await?, &users).await?;
-    m.counter.shutdown.cancel();
-    (&mut m.counter.task).await??;
-    let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone());
-    let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&m.redis_url).await?, keys.consumer_offsets("counter")).await?;
-    m.counter = spawn_counter(m.counter_config()).await?;
-    m.settle(SETTLE).await?;
-    assert_eq!(served_users(&mut m.counter.counter().await?, &users).await?, before, "a full replay changes no counter");
+    m.assert_rebuild_and_replay_change_nothing(&users, SETTLE).await?;
     m.stop().await
 }
 

@@ -12,14 +12,9 @@ use socialgraph_proto::relation::v1::*;
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_types::StatusExt;
 
 const SETTLE: Duration = Duration::from_secs(240);
 type Client = RelationServiceClient<Channel>;
-
-fn reason(status: &tonic::Status) -> String {
-    status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
-}
 
 async fn follow(c: &mut Client, a: i64, b: i64) -> Result<FollowResponse, tonic::Status> {
     c.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(tonic::Response::into_inner)

@@ -2,7 +2,6 @@
 //! being deleted) and the progress of the batched job that hides, restores or ends their
 //! edges. An id without a row is an active account. Also `following_followee`, the index of
 //! `following` by followee, which the job needs to find an account's followers.
-use crate::EdgeCol;
 use sea_orm_migration::prelude::*;
 
 #[derive(DeriveMigrationName)]
@@ -37,17 +36,8 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager.create_index(Index::create().if_not_exists().name("account_job").table(Account::Table).col(Account::Job).to_owned()).await?;
-        manager
-            .create_index(
-                Index::create()
-                    .if_not_exists()
-                    .name("following_followee")
-                    .table(Alias::new("following"))
-                    .col(EdgeCol::FolloweeId)
-                    .col(EdgeCol::State)
-                    .to_owned(),
-            )
-            .await
+        // The same index the embedded mode has had since 000004 (IF NOT EXISTS there too).
+        crate::m20261201_000004_create_following_followee_index::Migration.up(manager).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
