@@ -8,23 +8,24 @@ pub mod rate_limit;
 
 use std::time::Duration;
 
-/// A pool of multiplexed Redis connections.
+/// A pool of multiplexed, self-reconnecting Redis connections. Take one with [`conn`].
 pub type Pool = bb8::Pool<Manager>;
 
-/// bb8 manager of multiplexed connections whose connect and response timeouts are ours
-/// (bb8-redis's manager keeps the client's 500 ms response timeout, below our settings).
+/// bb8 manager of multiplexed connections that reconnect by themselves
+/// ([`redis::aio::ConnectionManager`]) with our connect and response timeouts (bb8-redis's
+/// manager keeps the client's 500 ms response timeout, below our settings).
 #[derive(Clone, Debug)]
 pub struct Manager {
     client: redis::Client,
-    config: redis::AsyncConnectionConfig,
+    config: redis::aio::ConnectionManagerConfig,
 }
 
 impl bb8::ManageConnection for Manager {
-    type Connection = redis::aio::MultiplexedConnection;
+    type Connection = redis::aio::ConnectionManager;
     type Error = redis::RedisError;
 
     async fn connect(&self) -> Result<Self::Connection, Self::Error> {
-        self.client.get_multiplexed_async_connection_with_config(&self.config).await
+        redis::aio::ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
     }
 
     async fn is_valid(&self, conn: &mut Self::Connection) -> Result<(), Self::Error> {
@@ -66,12 +67,28 @@ impl CacheError {
 }
 
 /// Builds a pool for `url` without connecting yet, so a service starts while Redis is down;
-/// a checkout, a connect and a response each wait at most `timeout`.
+/// a connect and a response each wait at most `timeout`. Connections are not tested on
+/// checkout (bb8's default PING would be a second round trip on every call): a connection that
+/// breaks fails the calls in flight on it and reconnects by itself for the next ones.
 ///
 /// # Errors
 /// The URL is malformed.
 pub fn pool(url: &str, max_size: u32, timeout: Duration) -> Result<Pool, CacheError> {
-    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(timeout);
     let manager = Manager { client: redis::Client::open(url)?, config };
-    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).build_unchecked(manager))
+    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).test_on_check_out(false).build_unchecked(manager))
+}
+
+/// A connection of `pool` for any number of commands. The connection is multiplexed, so it is
+/// cloned out and the pool slot returned at once: concurrent callers pipeline their commands on
+/// the same socket instead of queueing for an exclusive checkout.
+///
+/// # Errors
+/// [`CacheError::Unavailable`] when no connection could be had within the pool's timeout.
+pub async fn conn(pool: &Pool) -> Result<redis::aio::ConnectionManager, CacheError> {
+    Ok(pool.get().await.map_err(|e| CacheError::Unavailable(e.to_string()))?.clone())
 }

@@ -66,8 +66,8 @@ impl TokenBucket {
     /// Redis is unreachable, slow, or failed; the caller decides to fail open or closed.
     pub async fn take(&self, key: &str) -> Result<Verdict, CacheError> {
         let call = async {
-            let mut conn = self.pool.get().await.map_err(|e| CacheError::Unavailable(e.to_string()))?;
-            let (allowed, retry_ms): (i64, i64) = self.script.key(key).arg(self.burst).arg(self.refill_per_day).invoke_async(&mut *conn).await?;
+            let mut conn = crate::conn(&self.pool).await?;
+            let (allowed, retry_ms): (i64, i64) = self.script.key(key).arg(self.burst).arg(self.refill_per_day).invoke_async(&mut conn).await?;
             Ok(if allowed == 1 { Verdict::Allowed } else { Verdict::Limited { retry_after: Duration::from_millis(retry_ms.max(1) as u64) } })
         };
         tokio::time::timeout(self.timeout, call).await.map_err(|_| CacheError::Timeout)?

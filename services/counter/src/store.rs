@@ -67,10 +67,6 @@ pub struct Store {
     pub timeout: Duration,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> CacheError {
-    CacheError::Unavailable(e.to_string())
-}
-
 impl Store {
     /// Runs `pipe` in one round trip; on NOSCRIPT loads every script and retries once.
     /// An empty pipeline answers an empty list without a round trip.
@@ -79,13 +75,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let run = async {
-            let mut conn = self.pool.get().await.map_err(unavailable)?;
-            match pipe.query_async::<Vec<Value>>(&mut *conn).await {
+            let mut conn = socialgraph_cache::conn(&self.pool).await?;
+            match pipe.query_async::<Vec<Value>>(&mut conn).await {
                 Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                     for s in self.scripts.all().into_iter().chain(self.entity_scripts.all()) {
-                        s.prepare_invoke().load_async(&mut *conn).await?;
+                        s.prepare_invoke().load_async(&mut conn).await?;
                     }
-                    Ok(pipe.query_async::<Vec<Value>>(&mut *conn).await?)
+                    Ok(pipe.query_async::<Vec<Value>>(&mut conn).await?)
                 }
                 other => Ok(other?),
             }

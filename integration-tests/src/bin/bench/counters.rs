@@ -162,8 +162,8 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
     let get = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |_, i| {
         let (pool, key) = (p.clone(), format!("{b}u:{}", mix(i as u64) % users));
         async move {
-            let mut c = pool.get().await?;
-            let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut *c).await?;
+            let mut c = socialgraph_cache::conn(&pool).await?;
+            let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut c).await?;
             anyhow::ensure!(v.is_some_and(|v| v.len() == 20), "missing key");
             Ok(())
         }
@@ -174,8 +174,8 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
         let pool = p.clone();
         let keys: Vec<String> = (0..100u64).map(|k| format!("{b}u:{}", mix(i as u64 * 131 + k) % users)).collect();
         async move {
-            let mut c = pool.get().await?;
-            let v: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(keys).query_async(&mut *c).await?;
+            let mut c = socialgraph_cache::conn(&pool).await?;
+            let v: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(keys).query_async(&mut c).await?;
             anyhow::ensure!(v.len() == 100, "{} values for 100 keys", v.len());
             Ok(())
         }
