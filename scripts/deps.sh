@@ -2,7 +2,8 @@
 # Install (if missing) and start (if stopped) what the test suite needs:
 #   postgres  PostgreSQL on 127.0.0.1:5432, user postgres, trust auth
 #   mariadb   MariaDB on 127.0.0.1:3306, user root, empty password
-#   redis     Redis on 127.0.0.1:6379 (plus redis-cli, redis-benchmark)
+#   redis     Redis on 127.0.0.1:6379 (facts and counters: never evicts), the cache Redis on
+#             127.0.0.1:6380 (list caches: maxmemory 256mb, allkeys-lru), redis-cli, redis-benchmark
 #   sqlite3   the sqlite3 CLI
 #   tansu     tansu 0.6.0 (Kafka-compatible broker) on 127.0.0.1:9092,
 #             state in /var/lib/socialgraph/tansu/tansu.db
@@ -178,13 +179,15 @@ SQL
 }
 
 # ------------------------------------------------------------------- redis
-redis_ping() { [[ $(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null) == PONG ]]; }
+redis_ping() { [[ $(redis-cli -h 127.0.0.1 -p "${1:-6379}" ping 2>/dev/null) == PONG ]]; }
+CACHE_REDIS_PORT=6380
 
 step_redis() {
     if ((CHECK)); then
         if ! command -v redis-benchmark >/dev/null; then down redis "redis-benchmark missing"
-        elif redis_ping; then say redis "up on 127.0.0.1:6379"
-        else down redis "no PONG on 127.0.0.1:6379"; fi
+        elif ! redis_ping; then down redis "no PONG on 127.0.0.1:6379"
+        elif ! redis_ping $CACHE_REDIS_PORT; then down redis "no PONG from the cache Redis on 127.0.0.1:$CACHE_REDIS_PORT"
+        else say redis "up on 127.0.0.1:6379 and (cache) 127.0.0.1:$CACHE_REDIS_PORT"; fi
         return
     fi
     local did=()
@@ -200,7 +203,16 @@ step_redis() {
         wait_for 15 redis_ping || fail redis "no PONG on 127.0.0.1:6379 after 15s (see /var/log/redis/ci.log)"
         did+=(started)
     fi
-    say redis "$(IFS=,; echo "${did[*]:-running}") on 127.0.0.1:6379"
+    if ! redis_ping $CACHE_REDIS_PORT; then
+        as_root mkdir -p /var/lib/redis-cache /var/log/redis
+        as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port $CACHE_REDIS_PORT --save "" \
+            --appendonly no --maxmemory 256mb --maxmemory-policy allkeys-lru --dir /var/lib/redis-cache \
+            --logfile /var/log/redis/cache.log >/dev/null ||
+            fail redis "the cache redis-server failed to start (see /var/log/redis/cache.log)"
+        wait_for 15 redis_ping $CACHE_REDIS_PORT || fail redis "no PONG on 127.0.0.1:$CACHE_REDIS_PORT after 15s (see /var/log/redis/cache.log)"
+        did+=("cache started")
+    fi
+    say redis "$(IFS=,; echo "${did[*]:-running}") on 127.0.0.1:6379 and (cache) 127.0.0.1:$CACHE_REDIS_PORT"
 }
 
 # ----------------------------------------------------------------- sqlite3

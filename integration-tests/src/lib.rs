@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+pub mod cache;
 mod mesh;
 pub mod model;
 pub use mesh::*;
@@ -106,6 +107,18 @@ pub fn reason(status: &tonic::Status) -> String {
     status.get_error_details().error_info().map(|i| i.reason.clone()).unwrap_or_default()
 }
 
+/// The cache Redis of a test mesh: the shared one (`SG_TEST_CACHE_REDIS_URL`, default
+/// `redis://127.0.0.1:6380`) under a prefix named after the mesh's topic, so relation-svc and
+/// projection-svc of one mesh share their cached lists and no other mesh sees them.
+pub fn cache_settings(topic: &str) -> socialgraph_server::CacheSettings {
+    socialgraph_server::CacheSettings {
+        url: socialgraph_testkit::cache_redis_url(),
+        key_prefix: format!("{topic}:"),
+        timeout_ms: 2_000,
+        ..Default::default()
+    }
+}
+
 /// A relation-svc configuration for tests: the given database, a fresh topic and Redis key
 /// prefix, generous rate limits, an admin token, fast relay polling.
 pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
@@ -115,6 +128,7 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
     c.database.max_connections = 12;
     c.redis.url = socialgraph_testkit::redis_url();
     c.redis.key_prefix = socialgraph_testkit::unique("t") + ":";
+    c.cache = cache_settings(topic);
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
     c.kafka.partitions = 4;
@@ -171,6 +185,7 @@ where
 pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> ProjectionConfig {
     let mut c = ProjectionConfig::default();
     c.database.url = db_url.to_owned();
+    c.cache = cache_settings(topic);
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
     c.kafka.partitions = 4;

@@ -190,7 +190,8 @@ impl Mesh {
 
     /// Settles the mesh, then checks every view against the `following` table: the follower
     /// table is the same rows transposed (an edge hidden by an inactive account is "not
-    /// following" there), and the counters of `users` are the exact counts.
+    /// following" there), the counters of `users` are the exact counts, and their cached
+    /// following lists (those cached) are the table's.
     ///
     /// # Errors
     /// Timed out, or an RPC or the database failed; a difference panics with both sides.
@@ -206,6 +207,8 @@ impl Mesh {
         let exact = crate::model::Model::default().users(&self.db, users).await?;
         let served = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
         assert_eq!(served, exact, "counters equal the exact counts of the following table");
+        let cache = crate::cache_settings(&self.topics.relation);
+        crate::cache::assert_cached_following_exact(&self.db, &cache.url, &cache.key_prefix, users).await?;
         Ok(())
     }
 

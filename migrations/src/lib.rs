@@ -22,6 +22,7 @@ mod m20261201_000010_create_block_and_mute;
 mod m20261201_000011_add_following_blocked;
 mod m20261201_000012_create_account;
 mod m20261201_000013_create_follow_request;
+mod m20261201_000014_create_cache_stale;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000011_add_following_blocked::Migration),
             Box::new(m20261201_000012_create_account::Migration),
             Box::new(m20261201_000013_create_follow_request::Migration),
+            Box::new(m20261201_000014_create_cache_stale::Migration),
         ]
     }
 }

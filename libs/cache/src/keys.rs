@@ -19,6 +19,18 @@ impl Keys {
         format!("{}sg:rl:follow:{{{user_id}}}", self.prefix)
     }
 
+    /// `sg:flw:{uid}`: sorted set of the user's followings in the cache Redis (member: followee
+    /// id as 8 big-endian bytes, score: followed_at ms); see [`crate::following`].
+    pub fn following(&self, user_id: i64) -> String {
+        format!("{}sg:flw:{{{user_id}}}", self.prefix)
+    }
+
+    /// `sg:flw:{uid}:v`: hash beside [`Self::following`]: member → signed edge version, `_s`
+    /// (fill state), `_n` (members). Same slot.
+    pub fn following_versions(&self, user_id: i64) -> String {
+        format!("{}sg:flw:{{{user_id}}}:v", self.prefix)
+    }
+
     /// `sg:ucnt:{uid}`: the user's 20-byte counter string (see [`crate::counters::Sds`]).
     pub fn user_counters(&self, user_id: i64) -> String {
         format!("{}sg:ucnt:{{{user_id}}}", self.prefix)

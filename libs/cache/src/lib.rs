@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod entities;
+pub mod following;
 pub mod keys;
 pub mod rate_limit;
 

@@ -122,6 +122,33 @@ impl Default for RedisSettings {
     }
 }
 
+/// `[cache]`: the cache Redis of the list caches (relation-svc reads and fills them,
+/// projection-svc keeps them in step with the events). A Redis of its own that may evict
+/// (`maxmemory-policy allkeys-lru`); never the counters' Redis, which holds facts. An empty `url`
+/// turns the caches off (every read goes to the database).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSettings {
+    /// `redis://host:port/db` of the cache Redis; empty: no caches.
+    pub url: String,
+    /// Prefix of every key (empty in production); relation-svc and projection-svc must agree.
+    pub key_prefix: String,
+    /// Pool size (connections are multiplexed: a few serve many callers).
+    pub pool_size: u32,
+    /// Longest wait for one cache round trip before the read falls back to the database.
+    pub timeout_ms: u64,
+    /// Lifetime of a cached list after its fill (s); eviction may end it sooner.
+    pub ttl_secs: u64,
+    /// Longest following list that is cached (longer ones are always read from the database).
+    pub following_max: i64,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { url: String::new(), key_prefix: String::new(), pool_size: 4, timeout_ms: 100, ttl_secs: 3600, following_max: 10_000 }
+    }
+}
+
 /// `[kafka]`: brokers, the mesh's topic names, topic creation and the request deadline, for
 /// every service; the `relay_*` keys are relation-svc's outbox relay.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use admin::serve_admin;
-pub use config::{AuthSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
+pub use config::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
 pub use error::{ApiError, ApiResult, DOMAIN, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;

@@ -295,6 +295,17 @@ pub async fn count<C: ConnectionTrait>(conn: &C, table: EdgeTable, col: Col, use
     }
 }
 
+/// Every followed edge of `follower_id` (any order) with its version, at most `limit`: what
+/// a following-list cache is filled from. More than `limit` rows means "too long to cache".
+///
+/// # Errors
+/// Database failure.
+pub async fn followed_by_follower<C: ConnectionTrait>(conn: &C, follower_id: i64, limit: usize) -> Result<Vec<Edge>, DbErr> {
+    let mut q = select_edges(EdgeTable::Following);
+    q.and_where(Expr::col(Col::FollowerId).eq(follower_id)).and_where(Expr::col(Col::State).eq(EdgeState::Following.as_i16())).limit(limit as u64);
+    conn.query_all(&q).await?.iter().map(edge_from_row).collect()
+}
+
 /// Keyset condition "strictly after `cursor`" in (followed_at_ms, peer) descending order.
 fn after_cursor(ts: Expr, peer: Expr, cursor: Cursor) -> Cond {
     Cond::any().add(ts.clone().lt(cursor.followed_at_ms)).add(Cond::all().add(ts.eq(cursor.followed_at_ms)).add(peer.lt(cursor.peer_id)))

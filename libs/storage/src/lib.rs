@@ -13,6 +13,7 @@ pub mod leader;
 pub mod offsets;
 pub mod outbox;
 pub mod restrictions;
+pub mod stale;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};
 

@@ -120,6 +120,12 @@ pub fn redis_url() -> String {
     std::env::var("SG_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// Redis URL of the shared test cache instance (the one that may evict; `make deps` starts it
+/// on port 6380 with `allkeys-lru`).
+pub fn cache_redis_url() -> String {
+    std::env::var("SG_TEST_CACHE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6380".into())
+}
+
 /// Polls `check` every 20 ms until it returns `Some`, failing after `deadline` with `what`.
 ///
 /// # Errors

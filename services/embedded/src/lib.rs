@@ -147,7 +147,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
             }
         })
     };
-    let relations = socialgraph_relation::build(db.clone(), None, &relation_config, relation_wake, &registry)?;
+    let relations = socialgraph_relation::build(db.clone(), None, false, &relation_config, relation_wake, &registry)?;
     let account_jobs = tokio::spawn(socialgraph_relation::lifecycle::run_jobs(
         Arc::clone(&relations),
         relations.jobs_wake(),
@@ -158,7 +158,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
     let projection_config = projection_config(&config, &relation_topic);
-    let projection = socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), &registry)?;
+    let projection = socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), None, &registry)?;
     let projector = Arc::clone(&projection.projector);
     let projection_loop = tokio::spawn(log::consume(
         db.clone(),

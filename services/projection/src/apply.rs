@@ -2,6 +2,11 @@
 //! only when its version is newer than the stored one, and the partition's next offset is
 //! stored in the same transaction as the rows of the batch, together with the change of every
 //! touched user's `edge_count` row (the exact counts counter-svc copies).
+//!
+//! Before that transaction, the batch goes to the following-list cache (a pseudo-replica with
+//! the same version rule, so a batch applied again after a crash changes nothing). When the
+//! cache Redis cannot be reached, the batch's followers are marked in `cache_stale` in the same
+//! transaction, and [`drain_stale`] deletes their cached lists once it answers again.
 
 use std::collections::HashMap;
 
@@ -14,7 +19,10 @@ use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::RelationEvent;
 use socialgraph_storage::counts::{self, CountDelta};
 use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_cache::following::{CachedEdge, FollowingCache};
+use socialgraph_domain::EdgeState;
 use socialgraph_storage::offsets::{self, StoredOffset};
+use socialgraph_storage::stale;
 use tracing::Instrument;
 
 /// Retries of one batch transaction that lost a race with a rebuild.
@@ -30,6 +38,10 @@ pub struct Projector {
     pub applied: IntCounter,
     /// Records skipped: stale version, or undecodable (by `reason`).
     pub skipped: IntCounterVec,
+    /// The following-list cache kept from the events (`None`: no cache Redis).
+    pub cache: Option<FollowingCache>,
+    /// Batches applied to the cache, by `result` (ok, failed).
+    pub cache_applies: IntCounterVec,
 }
 
 impl Projector {
@@ -54,8 +66,35 @@ impl Projector {
         newest
     }
 
-    async fn apply_once(&self, topic: &str, newest: &HashMap<(i64, i64), Edge>, position: StoredOffset) -> Result<u64, sea_orm::DbErr> {
+    /// Applies the batch to the cache; returns the followers to mark stale when it failed.
+    async fn apply_to_cache(&self, newest: &HashMap<(i64, i64), Edge>) -> Vec<i64> {
+        let Some(cache) = &self.cache else { return Vec::new() };
+        let changes: Vec<(i64, CachedEdge)> = newest
+            .values()
+            .map(|e| {
+                let following = e.state == EdgeState::Following;
+                (e.follower_id, CachedEdge { followee_id: e.followee_id, version: e.version, following, followed_at_ms: e.followed_at_ms })
+            })
+            .collect();
+        match cache.apply(&changes).await {
+            Ok(_) => {
+                self.cache_applies.with_label_values(&["ok"]).inc();
+                Vec::new()
+            }
+            Err(e) => {
+                self.cache_applies.with_label_values(&["failed"]).inc();
+                tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's followers stale");
+                let mut users: Vec<i64> = changes.iter().map(|(f, _)| *f).collect();
+                users.sort_unstable();
+                users.dedup();
+                users
+            }
+        }
+    }
+
+    async fn apply_once(&self, topic: &str, newest: &HashMap<(i64, i64), Edge>, position: StoredOffset, stale_users: &[i64]) -> Result<u64, sea_orm::DbErr> {
         let txn = socialgraph_storage::begin_write(&self.db).await?;
+        stale::mark(&txn, stale_users, crate::now_ms()).await?;
         let pairs: Vec<(i64, i64)> = newest.keys().copied().collect();
         let stored: HashMap<(i64, i64), Edge> =
             edges::get_many(&txn, EdgeTable::Follower, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
@@ -108,9 +147,33 @@ impl BatchHandler for Projector {
         let newest = self.newest(records, &span);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
-        let changed = socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position).instrument(span.clone())).await?;
+        let stale_users = self.apply_to_cache(&newest).instrument(span.clone()).await;
+        let changed =
+            socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position, &stale_users).instrument(span.clone())).await?;
         self.applied.inc_by(changed);
         Ok(())
+    }
+}
+
+/// Deletes the cached lists of the users marked in `cache_stale`, oldest mark first, then
+/// their marks, until none is left or the cache Redis fails again; returns the users cleared.
+///
+/// # Errors
+/// Database errors (a cache failure just ends the round).
+pub async fn drain_stale(db: &DatabaseConnection, cache: &FollowingCache) -> Result<usize, sea_orm::DbErr> {
+    let mut cleared = 0;
+    loop {
+        let users = stale::oldest(db, 500).await?;
+        if users.is_empty() {
+            return Ok(cleared);
+        }
+        let ids: Vec<i64> = users.iter().map(|u| u.user_id).collect();
+        if let Err(e) = cache.evict(&ids).await {
+            tracing::debug!(error = %e, "cache Redis still unavailable; stale users stay marked");
+            return Ok(cleared);
+        }
+        stale::clear(db, &users).await?;
+        cleared += users.len();
     }
 }
 

@@ -4,7 +4,7 @@
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use socialgraph_events::consumer::ConsumerSettings;
-pub use socialgraph_server::{AuthSettings, DatabaseSettings, KafkaSettings, ServerSettings};
+pub use socialgraph_server::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, ServerSettings};
 
 /// Everything projection-svc reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -22,6 +22,8 @@ pub struct Config {
     pub relation: RelationSettings,
     /// Page-token signing.
     pub auth: AuthSettings,
+    /// The cache Redis: following lists kept from the events (projection-svc applies them).
+    pub cache: CacheSettings,
 }
 
 impl Default for Config {
@@ -33,6 +35,7 @@ impl Default for Config {
             consumer: ConsumerSettings::default(),
             relation: RelationSettings::default(),
             auth: AuthSettings::default(),
+            cache: CacheSettings::default(),
         }
     }
 }

@@ -48,8 +48,9 @@ impl Parts {
 
 /// Builds projection-svc's [`Parts`] from `config` (consumer name, topic, page-token key,
 /// relation-svc's admin token) over `db`, reading the source through `relation` for rebuilds and
-/// reporting consumer progress into `progress`. Registers `sg_projection_applied_total` and
-/// `sg_projection_skipped_total` in `registry`.
+/// reporting consumer progress into `progress`, keeping `cache` (the following-list cache;
+/// `None`: none) in step with the events. Registers `sg_projection_applied_total`,
+/// `sg_projection_skipped_total` and `sg_cache_applies_total` in `registry`.
 ///
 /// # Errors
 /// A metric of the same name is already registered.
@@ -58,12 +59,16 @@ pub fn build(
     config: &Config,
     relation: RelationServiceClient<tonic::transport::Channel>,
     progress: Progress,
+    cache: Option<socialgraph_cache::following::FollowingCache>,
     registry: &Registry,
 ) -> anyhow::Result<Parts> {
     let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
     let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
+    let cache_applies =
+        IntCounterVec::new(Opts::new("sg_cache_applies_total", "Event batches applied to the following-list cache, by result (ok, failed)"), &["result"])?;
     registry.register(Box::new(applied.clone()))?;
     registry.register(Box::new(skipped.clone()))?;
+    registry.register(Box::new(cache_applies.clone()))?;
     let projection = Arc::new(service::Projection {
         db: db.clone(),
         token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
@@ -73,7 +78,7 @@ pub fn build(
         relation: relation.max_decoding_message_size(64 * 1024 * 1024),
         relation_token: config.relation.admin_token.clone(),
     });
-    let projector = Arc::new(apply::Projector { db, consumer: config.database.consumer_name.clone(), applied, skipped });
+    let projector = Arc::new(apply::Projector { db, consumer: config.database.consumer_name.clone(), applied, skipped, cache, cache_applies });
     Ok(Parts { projection, projector })
 }
 
@@ -93,19 +98,54 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     registry.register(Box::new(lag.clone()))?;
     let progress: Progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
-    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), &registry)?;
+    let cache = following_cache(&config.cache)?;
+    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), &registry)?;
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
     let consumers = tokio::spawn(consume(config.clone(), Arc::clone(&parts.projector), progress.clone(), lag, readiness.clone(), loops.clone()));
+    let drain = cache.map(|cache| tokio::spawn(drain_task(db.clone(), cache, loops.clone())));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = parts.routes(config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
+    if let Some(drain) = drain {
+        let _ = drain.await;
+    }
     let _ = admin_task.await;
     db.close().await.ok();
     served
+}
+
+/// The following-list cache of `settings`; `None` when its URL is empty.
+///
+/// # Errors
+/// The URL is malformed.
+pub fn following_cache(settings: &socialgraph_server::CacheSettings) -> anyhow::Result<Option<socialgraph_cache::following::FollowingCache>> {
+    if settings.url.is_empty() {
+        return Ok(None);
+    }
+    let timeout = Duration::from_millis(settings.timeout_ms);
+    let pool = socialgraph_cache::pool(&settings.url, settings.pool_size, timeout).context("cache.url")?;
+    let keys = socialgraph_cache::keys::Keys::new(settings.key_prefix.clone());
+    Ok(Some(socialgraph_cache::following::FollowingCache::new(pool, keys, Duration::from_secs(settings.ttl_secs), timeout)))
+}
+
+/// How often the stale-user drain looks for users to clear.
+const STALE_DRAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Every [`STALE_DRAIN_EVERY`], deletes the cached lists of users marked stale while the cache
+/// Redis was unreachable ([`apply::drain_stale`]).
+async fn drain_task(db: sea_orm::DatabaseConnection, cache: socialgraph_cache::following::FollowingCache, cancel: CancellationToken) {
+    while !cancel.is_cancelled() {
+        match apply::drain_stale(&db, &cache).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(users = n, "deleted cached following lists marked stale"),
+            Err(e) => tracing::warn!(error = %e, "could not drain stale cache marks"),
+        }
+        tokio::select! { _ = tokio::time::sleep(STALE_DRAIN_EVERY) => {}, _ = cancel.cancelled() => {} }
+    }
 }
 
 /// Connects to Kafka (retrying while it is down), makes sure the topic exists, starts one

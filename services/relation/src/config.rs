@@ -2,7 +2,7 @@
 //! environment variables (e.g. `SG_DATABASE__URL`, `SG_LIMITS__FOLLOWING_CAP`).
 
 use serde::{Deserialize, Serialize};
-pub use socialgraph_server::{AuthSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings};
+pub use socialgraph_server::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings};
 
 /// Everything relation-svc reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -20,6 +20,8 @@ pub struct Config {
     pub limits: Limits,
     /// Admin RPC credentials and page-token signing.
     pub auth: AuthSettings,
+    /// The cache Redis: following lists (read, filled, and written through after each change).
+    pub cache: CacheSettings,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             kafka: KafkaSettings::default(),
             limits: Limits::default(),
             auth: AuthSettings::default(),
+            cache: CacheSettings::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! [`run`] is the whole service; `main` and the tests call it with their own listeners.
 
+pub mod cache;
 pub mod config;
 pub mod grpc;
 pub mod import;
@@ -46,14 +47,16 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
 
 /// Builds relation-svc's service over `db` and, for the follow rate limit, `redis` (`None`: no
 /// rate limit, as in the embedded mode); `wake` is notified after every commit that wrote
-/// outbox rows. Registers `sg_rate_limit_bypassed_total` in `registry`. Used by [`run`] and by
-/// the embedded mode.
+/// outbox rows. With `with_cache`, reads go through the following-list cache of
+/// `config.cache` (unless its `url` is empty). Registers `sg_rate_limit_bypassed_total` and
+/// the cache metrics in `registry`. Used by [`run`] and by the embedded mode.
 ///
 /// # Errors
-/// A metric of the same name is already registered.
+/// A metric of the same name is already registered, or the cache URL is malformed.
 pub fn build(
     db: sea_orm::DatabaseConnection,
     redis: Option<socialgraph_cache::Pool>,
+    with_cache: bool,
     config: &Config,
     wake: Arc<Notify>,
     registry: &prometheus::Registry,
@@ -61,7 +64,17 @@ pub fn build(
     let bypassed =
         prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
     registry.register(Box::new(bypassed.clone()))?;
-    Ok(Arc::new(service::Relations::new(db, redis, config.clone(), wake, bypassed)))
+    let caches = match &config.cache {
+        c if with_cache && !c.url.is_empty() => {
+            let timeout = Duration::from_millis(c.timeout_ms);
+            let pool = socialgraph_cache::pool(&c.url, c.pool_size, timeout).context("cache.url")?;
+            let keys = socialgraph_cache::keys::Keys::new(c.key_prefix.clone());
+            let following = socialgraph_cache::following::FollowingCache::new(pool, keys, Duration::from_secs(c.ttl_secs), timeout);
+            Some(cache::Caches { following, following_max: c.following_max, metrics: cache::CacheMetrics::register(registry)? })
+        }
+        _ => None,
+    };
+    Ok(Arc::new(service::Relations::new(db, redis, caches, config.clone(), wake, bypassed)))
 }
 
 /// RelationService's routes (messages up to 16 MiB for ImportFollows); the admin RPCs need
@@ -88,7 +101,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let registry = prometheus::Registry::new();
     let relay_metrics = RelayMetrics::register(&registry)?;
     let wake = Arc::new(Notify::new());
-    let relations = build(db.clone(), Some(redis), &config, Arc::clone(&wake), &registry)?;
+    let relations = build(db.clone(), Some(redis), true, &config, Arc::clone(&wake), &registry)?;
     let loops = CancellationToken::new();
     let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
 

@@ -84,6 +84,8 @@ impl Relations {
         let out = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
         if out.edges_removed > 0 {
             self.relay_wake.notify_one();
+            // The blocker reads the ended edge back at once (the events update the rest).
+            self.evict_following(&[blocker_id, blocked_id]).await;
         }
         Ok(out)
     }

@@ -65,6 +65,8 @@ pub struct Relations {
     rate_limit_bypassed: IntCounter,
     /// Wakes the account job runner after a status change.
     pub(crate) jobs_wake: Arc<Notify>,
+    /// The following-list cache; `None` without a cache Redis (embedded mode, `cache.url` "").
+    pub(crate) caches: Option<crate::cache::Caches>,
 }
 
 /// Result of a Follow.
@@ -94,11 +96,13 @@ pub use socialgraph_domain::Page;
 pub(crate) use socialgraph_domain::now_ms;
 
 impl Relations {
-    /// Builds the service over an open database and Redis pool (`None`: follows are not
-    /// rate-limited, as in the embedded mode).
+    /// Builds the service over an open database, Redis pool (`None`: follows are not
+    /// rate-limited, as in the embedded mode) and following-list cache (`None`: reads go to the
+    /// database).
     pub fn new(
         db: DatabaseConnection,
         redis: Option<socialgraph_cache::Pool>,
+        caches: Option<crate::cache::Caches>,
         config: Config,
         relay_wake: Arc<Notify>,
         rate_limit_bypassed: IntCounter,
@@ -113,7 +117,7 @@ impl Relations {
         });
         let token_key = page_token_key(config.auth.page_token_secret.as_ref());
         let jobs_wake = Arc::new(Notify::new());
-        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed, jobs_wake }
+        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed, jobs_wake, caches }
     }
 
     /// The notifier that wakes the account job runner ([`crate::lifecycle::run_jobs`]).
@@ -212,6 +216,9 @@ impl Relations {
         };
         if outcome.changed {
             self.relay_wake.notify_one();
+            if !outcome.requested {
+                self.write_through(&[(follower_id, crate::cache::cached_edge(&outcome.edge))]).await;
+            }
         }
         Ok(outcome)
     }
@@ -321,6 +328,8 @@ impl Relations {
         };
         if outcome.changed {
             self.relay_wake.notify_one();
+            let tombstone = socialgraph_cache::following::CachedEdge { followee_id, version: outcome.version, following: false, followed_at_ms: 0 };
+            self.write_through(&[(follower_id, tombstone)]).await;
         } else {
             // Not following: maybe a request is pending (a locked followee); cancel it.
             let cancel = || restrictions::delete(&self.db, Restriction::Request, follower_id, followee_id);
@@ -341,11 +350,10 @@ impl Relations {
         };
         let req = page_request(&self.token_key, kind, owners, page_size, token)?;
         let rows = match kind {
-            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, req.after, req.size + 1).await,
-            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, req.after, req.size + 1).await,
-            _ => edges::list(&self.db, EdgeTable::Following, a, req.after, req.size + 1).await,
-        }
-        .map_err(db_error)?;
+            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
+            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
+            _ => self.following_entries(a, req.after, req.size + 1).await?,
+        };
         Ok(self.token_key.finish(rows, req.size, kind, a, b))
     }
 
@@ -362,12 +370,22 @@ impl Relations {
         if !bad.is_empty() {
             return Err(bad.into());
         }
-        let out_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
-        let in_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (o, user_id)).collect();
-        let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;
-        let incoming = edges::get_many(&self.db, EdgeTable::Following, &in_pairs, false).await.map_err(db_error)?;
         let following = |e: &Edge| e.state == EdgeState::Following;
-        let out: std::collections::HashMap<i64, Edge> = outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect();
+        let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
+        let out: std::collections::HashMap<i64, Edge> = match self.cached_following_at(rpc, user_id, others).await? {
+            Some(at) => others
+                .iter()
+                .zip(at)
+                .filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms))))
+                .collect(),
+            None => {
+                let out_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
+                let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;
+                outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect()
+            }
+        };
+        let in_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (o, user_id)).collect();
+        let incoming = edges::get_many(&self.db, EdgeTable::Following, &in_pairs, false).await.map_err(db_error)?;
         let inc: std::collections::HashMap<i64, Edge> = incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
         Ok(others.iter().map(|o| (out.get(o).copied(), inc.get(o).copied())).collect())
     }

@@ -1,0 +1,143 @@
+//! The following-list cache's scripts on the real cache Redis: every race the module documents
+//! (a fill overtaken by writes, eviction of one of the two keys, a fill whose marker was lost or
+//! taken over, late and reordered events) and the paging order with ties.
+
+use std::time::Duration;
+
+use socialgraph_cache::following::{CachedEdge, FollowingCache};
+use socialgraph_cache::keys::Keys;
+use socialgraph_integration_tests::redis_conn;
+use socialgraph_testkit::{cache_redis_url, unique};
+
+const USER: i64 = 42;
+
+fn edge(followee_id: i64, version: i64, following: bool, followed_at_ms: i64) -> CachedEdge {
+    CachedEdge { followee_id, version, following, followed_at_ms }
+}
+
+/// A cache under a fresh prefix, and its keys.
+async fn fresh() -> anyhow::Result<(FollowingCache, Keys)> {
+    let url = cache_redis_url();
+    redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))?;
+    let keys = Keys::new(unique("cs") + ":");
+    let pool = socialgraph_cache::pool(&url, 2, Duration::from_secs(5))?;
+    Ok((FollowingCache::new(pool, keys.clone(), Duration::from_secs(600), Duration::from_secs(5)), keys))
+}
+
+async fn list(cache: &FollowingCache) -> anyhow::Result<Option<Vec<i64>>> {
+    Ok(cache.page(USER, None, 1000).await?.map(|v| v.into_iter().map(|(id, _)| id).collect()))
+}
+
+async fn del(keys: &[String]) -> anyhow::Result<()> {
+    let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&cache_redis_url()).await?, keys).await?;
+    Ok(())
+}
+
+async fn exists(key: &str) -> anyhow::Result<bool> {
+    Ok(redis::AsyncCommands::exists(&mut redis_conn(&cache_redis_url()).await?, key).await?)
+}
+
+#[tokio::test]
+async fn a_fill_keeps_every_write_that_landed_after_its_marker() -> anyhow::Result<()> {
+    let (cache, _) = fresh().await?;
+    assert_eq!(list(&cache).await?, None, "nothing cached yet");
+    assert_eq!(cache.apply(&[(USER, edge(9, 1, true, 900))]).await?, 0, "an event for a list not cached changes nothing");
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    // Events after the marker: 5 followed again (v2), 7 unfollowed (v3), 8 followed (v1).
+    cache.apply(&[(USER, edge(5, 2, true, 500)), (USER, edge(7, 3, false, 700)), (USER, edge(8, 1, true, 800))]).await?;
+    assert_eq!(list(&cache).await?, None, "a list being filled is not served");
+    // The database read happened before those writes: 5 unfollowed at v1 (absent), 7 followed
+    // at v2, 6 followed at v1.
+    assert!(cache.commit_fill(USER, &nonce, &[edge(7, 2, true, 700), edge(6, 1, true, 600)]).await?);
+    assert_eq!(list(&cache).await?, Some(vec![8, 6, 5]), "newer writes win over the older read, whatever their order");
+    assert_eq!(cache.count(USER).await?, Some(3));
+    assert_eq!(cache.begin_fill(USER).await?, None, "a complete list needs no fill");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unfollowed_account_never_comes_back_from_a_late_or_copied_event() -> anyhow::Result<()> {
+    let (cache, _) = fresh().await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert!(cache.commit_fill(USER, &nonce, &[edge(3, 1, true, 300), edge(4, 1, true, 400)]).await?);
+    cache.apply(&[(USER, edge(3, 2, false, 300))]).await?;
+    // The follow event again (a copy at a later offset), then out of order.
+    assert_eq!(cache.apply(&[(USER, edge(3, 1, true, 300))]).await?, 0);
+    assert_eq!(list(&cache).await?, Some(vec![4]));
+    // Count-preserving change: unfollow one, follow another.
+    cache.apply(&[(USER, edge(4, 2, false, 400)), (USER, edge(2, 1, true, 200))]).await?;
+    assert_eq!(list(&cache).await?, Some(vec![2]));
+    assert_eq!(cache.count(USER).await?, Some(1));
+    assert_eq!(cache.scores(USER, &[2, 3, 4]).await?, Some(vec![Some(200), None, None]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn evicting_either_key_makes_the_list_a_miss_never_a_partial_answer() -> anyhow::Result<()> {
+    let (cache, keys) = fresh().await?;
+    for evicted in [keys.following(USER), keys.following_versions(USER)] {
+        let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+        assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)]).await?);
+        del(std::slice::from_ref(&evicted)).await?;
+        // An event applied after the eviction must not rebuild a partial list either.
+        cache.apply(&[(USER, edge(3, 1, true, 300))]).await?;
+        assert_eq!(list(&cache).await?, None, "after evicting {evicted}");
+        assert_eq!(cache.scores(USER, &[1]).await?, None);
+        assert_eq!(cache.count(USER).await?, None);
+        assert!(!exists(&keys.following_versions(USER)).await?, "no state is left that could mark a list complete");
+        // The next fill starts clean: nothing of the old sorted set leaks into it.
+        let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+        assert!(cache.commit_fill(USER, &nonce, &[edge(4, 1, true, 400)]).await?);
+        assert_eq!(list(&cache).await?, Some(vec![4]), "after evicting {evicted} and filling again");
+        del(&[keys.following(USER), keys.following_versions(USER)]).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fill_whose_marker_was_evicted_or_taken_over_marks_nothing_complete() -> anyhow::Result<()> {
+    let (cache, keys) = fresh().await?;
+    let first = cache.begin_fill(USER).await?.expect("a fill starts");
+    del(&[keys.following_versions(USER)]).await?;
+    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)]).await?, "the marker was evicted");
+    assert_eq!(list(&cache).await?, None);
+
+    let first = cache.begin_fill(USER).await?.expect("a fill starts");
+    let second = cache.begin_fill(USER).await?.expect("a second fill takes over");
+    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)]).await?, "the first fill lost its marker");
+    assert_eq!(list(&cache).await?, None);
+    assert!(cache.commit_fill(USER, &second, &[edge(1, 1, true, 100), edge(2, 1, true, 100)]).await?);
+    assert_eq!(list(&cache).await?, Some(vec![2, 1]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn pages_follow_the_database_order_through_ties_and_removals() -> anyhow::Result<()> {
+    let (cache, _) = fresh().await?;
+    // Ten follows at one instant and ids above 255 and 65535, so byte order matters.
+    let ids: Vec<i64> = vec![1, 2, 255, 256, 257, 65_535, 65_536, 70_000, 1 << 40, 9];
+    let mut rows: Vec<CachedEdge> = ids.iter().map(|&id| edge(id, 1, true, 5_000)).collect();
+    rows.push(edge(77, 1, true, 6_000));
+    rows.push(edge(78, 1, true, 4_000));
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert!(cache.commit_fill(USER, &nonce, &rows).await?);
+    let mut want: Vec<(i64, i64)> = rows.iter().map(|e| (e.followed_at_ms, e.followee_id)).collect();
+    want.sort_by(|a, b| b.cmp(a));
+    let want: Vec<i64> = want.into_iter().map(|(_, id)| id).collect();
+
+    let (mut got, mut after, mut removed) = (Vec::new(), None, 0);
+    loop {
+        let page = cache.page(USER, after, 3).await?.expect("cached");
+        if page.is_empty() {
+            break;
+        }
+        let &(id, ms) = page.last().expect("non-empty");
+        got.extend(page.iter().map(|(id, _)| *id));
+        // The entry under the cursor is unfollowed between pages: nothing is skipped or repeated.
+        removed += cache.apply(&[(USER, edge(id, 2, false, ms))]).await?;
+        after = Some((ms, id));
+    }
+    assert_eq!(got, want, "followed_at desc, then followee id desc");
+    assert_eq!(cache.count(USER).await?, Some(want.len() as i64 - removed as i64));
+    Ok(())
+}
