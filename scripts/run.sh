@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run-mesh`: the distributed mesh on this machine, against the services `make deps` started.
-# DB_URL, ADMIN_TOKEN and PAGE_SECRET override the defaults below.
+# DB_URL, ADMIN_TOKEN, PAGE_SECRET and CACHE_URL (the cache Redis; "" turns the following-list
+# cache off) override the defaults below.
 # Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
 # starts relation-svc (:50051, admin :9101), projection-svc (:50052, admin :9102) and
 # counter-svc (:50053, admin :9103), and leaves them serving in the foreground (Ctrl-C stops
@@ -12,8 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DB_URL="${DB_URL:-postgres://postgres@127.0.0.1:5432/socialgraph}"
 ADMIN_TOKEN="${ADMIN_TOKEN:-dev-admin-token}"
 PAGE_SECRET="${PAGE_SECRET:-dev-page-token-secret}"
+CACHE_URL="${CACHE_URL-redis://127.0.0.1:6380}"
 BIN=target/debug
-relation_env=(SG_DATABASE__URL="$DB_URL" SG_AUTH__ADMIN_TOKEN="$ADMIN_TOKEN" SG_AUTH__PAGE_TOKEN_SECRET="$PAGE_SECRET")
+relation_env=(SG_DATABASE__URL="$DB_URL" SG_AUTH__ADMIN_TOKEN="$ADMIN_TOKEN" SG_AUTH__PAGE_TOKEN_SECRET="$PAGE_SECRET" SG_CACHE__URL="$CACHE_URL")
 projection_env=("${relation_env[@]}" SG_RELATION__ADMIN_TOKEN="$ADMIN_TOKEN")
 counter_env=(SG_AUTH__ADMIN_TOKEN="$ADMIN_TOKEN")
 

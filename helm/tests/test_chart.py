@@ -20,10 +20,11 @@ import chartlib
 from chartlib import CONSUMERS, DEFAULT_PORTS, RELEASE, SERVICES, merged, render
 
 # Everything a trial may give inline, and more than the defaults: separate projection database,
-# own Redis for counters, tokens, a key prefix, IPv6 listen host, no autoscaling.
+# own Redis for counters, a cache Redis, tokens, key prefixes, IPv6 listen host, no autoscaling.
 ALL_INLINE = {
     "listenHost": "::",
     "redis": {"keyPrefix": "sg-trial:"},
+    "cache": {"url": "redis://cache-redis:6379/2", "keyPrefix": "sg-trial-cache:"},
     "auth": {"adminToken": "trial-admin-token", "pageTokenSecret": "trial-page-key"},
     "projection": {"database": {"url": "postgres://proj@projection-db:5432/projection"}},
     "counter": {"redis": {"url": "redis://counter-redis:6379/1"}},
@@ -262,6 +263,7 @@ def test_migration_hook_can_be_turned_off():
 SENTINELS = {
     "database": {"url": "postgres://leak:db-password-sentinel@db/x"},
     "redis": {"url": "redis://:redis-password-sentinel@redis:6379"},
+    "cache": {"url": "redis://:cache-password-sentinel@cache:6379"},
     "kafka": {"brokers": ["broker-sentinel:9092"]},
     "auth": {"adminToken": "admin-token-sentinel", "pageTokenSecret": "page-key-sentinel"},
     "projection": {"database": {"url": "postgres://leak:projection-password-sentinel@db/y"}},
@@ -281,12 +283,14 @@ def test_secrets_never_appear_inline_when_an_existing_secret_is_named():
         "relation": {
             "SG_DATABASE__URL": ("socialgraph-postgres", "url"),
             "SG_REDIS__URL": ("socialgraph-redis-limits", "url"),
+            "SG_CACHE__URL": ("socialgraph-redis-cache", "url"),
             "SG_KAFKA__BROKERS": ("socialgraph-kafka", "brokers"),
             "SG_AUTH__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
             "SG_AUTH__PAGE_TOKEN_SECRET": ("socialgraph-auth", "page-token-secret"),
         },
         "projection": {
             "SG_DATABASE__URL": ("socialgraph-projection-postgres", "url"),
+            "SG_CACHE__URL": ("socialgraph-redis-cache", "url"),
             "SG_KAFKA__BROKERS": ("socialgraph-kafka", "brokers"),
             "SG_AUTH__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
             "SG_RELATION__ADMIN_TOKEN": ("socialgraph-auth", "admin-token"),
@@ -313,6 +317,7 @@ def test_inline_trial_values_live_only_in_the_charts_secret():
         "projection-database-url": "postgres://proj@projection-db:5432/projection",
         "redis-url": "redis://redis-master:6379",
         "counter-redis-url": "redis://counter-redis:6379/1",
+        "cache-redis-url": "redis://cache-redis:6379/2",
         "admin-token": "trial-admin-token",
         "page-token-secret": "trial-page-key",
     }
@@ -332,6 +337,55 @@ def test_unset_tokens_are_not_passed_at_all(default):
     for name in SERVICES:
         env = default.environment(name)
         assert not {"SG_AUTH__ADMIN_TOKEN", "SG_AUTH__PAGE_TOKEN_SECRET", "SG_RELATION__ADMIN_TOKEN"} & env.keys()
+
+
+CACHE_READERS = ("relation", "projection")
+
+
+def test_cache_url_is_passed_from_a_secret_to_relation_and_projection_only(default):
+    # Off by default: no SG_CACHE__URL at all (the services' default, "", turns the caches off),
+    # and nothing of the cache in any Secret.
+    for name in CACHE_READERS:
+        assert "SG_CACHE__URL" not in default.environment(name)
+    assert not [s for s in default.of_kind("Secret") if "cache-redis-url" in s.get("data", {})]
+    # Inline (trials): from the chart's Secret, to the two services that document the cache.
+    inline = render({"cache": {"url": "redis://:cache-pw@cache-redis:6379/3", "keyPrefix": "c:"}})
+    secret = inline.get("Secret", f"{RELEASE}-socialgraph-inline")
+    assert base64.b64decode(secret["data"]["cache-redis-url"]).decode() == "redis://:cache-pw@cache-redis:6379/3"
+    for name in CACHE_READERS:
+        env = inline.environment(name)
+        assert env["SG_CACHE__URL"] == {"secretKeyRef": {
+            "name": f"{RELEASE}-socialgraph-inline", "key": "cache-redis-url"}}
+        assert env["SG_CACHE__KEY_PREFIX"] == "c:"
+        assert "cache-pw" not in json.dumps(inline.workload(name))
+    assert not [v for v in inline.environment("counter") if v.startswith("SG_CACHE__")]
+    # An existing Secret wins over an inline URL, which is then never rendered.
+    existing = render({"cache": {"url": "redis://:cache-pw@cache-redis:6379/3",
+                                 "existingSecret": "sg-cache", "existingSecretKey": "url"}})
+    for name in CACHE_READERS:
+        assert existing.environment(name)["SG_CACHE__URL"] == {"secretKeyRef": {"name": "sg-cache", "key": "url"}}
+    assert not [v for v in existing.environment("counter") if v.startswith("SG_CACHE__")]
+    assert "cache-pw" not in existing.all_text and "cache-redis-url" not in existing.all_text
+
+
+def test_cache_settings_become_the_documented_variables(default):
+    relation, projection = (default.environment(n) for n in CACHE_READERS)
+    assert {k: v for k, v in relation.items() if k.startswith("SG_CACHE__")} == {
+        "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100",
+        "SG_CACHE__TTL_SECS": "3600", "SG_CACHE__FOLLOWING_MAX": "10000"}
+    assert {k: v for k, v in projection.items() if k.startswith("SG_CACHE__")} == {
+        "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100"}
+    rendered = render({
+        "cache": {"keyPrefix": "sg-cache:"},
+        "relation": {"cache": {"poolSize": 8, "timeoutMs": 50, "ttlSecs": 86400, "followingMax": 20000000}},
+        "projection": {"cache": {"poolSize": 2, "timeoutMs": 250}},
+    })
+    relation, projection = (rendered.environment(n) for n in CACHE_READERS)
+    assert relation["SG_CACHE__KEY_PREFIX"] == projection["SG_CACHE__KEY_PREFIX"] == "sg-cache:"
+    assert relation["SG_CACHE__POOL_SIZE"] == "8" and relation["SG_CACHE__TIMEOUT_MS"] == "50"
+    assert relation["SG_CACHE__TTL_SECS"] == "86400"
+    assert relation["SG_CACHE__FOLLOWING_MAX"] == "20000000"  # no float notation
+    assert projection["SG_CACHE__POOL_SIZE"] == "2" and projection["SG_CACHE__TIMEOUT_MS"] == "250"
 
 
 # --- configuration -------------------------------------------------------------------------
@@ -433,6 +487,12 @@ def _checksums(rendered):
     (ALL_INLINE, {"projection": {"database": {"url": "postgres://other@db/p"}}}, {"projection"}),
     (ALL_INLINE, {"counter": {"redis": {"url": "redis://other:6379"}}}, {"counter"}),
     ({}, {"redis": {"url": "redis://other:6379"}}, {"relation", "counter"}),
+    ({}, {"cache": {"url": "redis://cache:6379"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"cache": {"url": "redis://other-cache:6379"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"cache": {"existingSecret": "sg-cache"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"cache": {"keyPrefix": "other:"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"relation": {"cache": {"ttlSecs": 60}}}, {"relation"}),
+    (ALL_INLINE, {"projection": {"cache": {"timeoutMs": 500}}}, {"projection"}),
 ])
 def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolled):
     before = _checksums(render(base))
@@ -584,6 +644,14 @@ INVALID = {
                                "/relation/limits/followBurst", "want integer"),
     "port out of range": ({"relation": {"ports": {"grpc": 70000}}}, "/relation/ports/grpc", "maximum"),
     "log format": ({"log": {"format": "xml"}}, "/log/format", "'json', 'text'"),
+    "cache url of another scheme": ({"cache": {"url": "memcached://cache:11211"}}, "/cache/url", "pattern"),
+    "zero cache pool": ({"relation": {"cache": {"poolSize": 0}}}, "/relation/cache/poolSize", "minimum"),
+    "cache ttl as a string": ({"relation": {"cache": {"ttlSecs": "1h"}}}, "/relation/cache/ttlSecs",
+                              "want integer"),
+    "negative longest cached list": ({"relation": {"cache": {"followingMax": -1}}},
+                                     "/relation/cache/followingMax", "minimum"),
+    "cache ttl of projection-svc": ({"projection": {"cache": {"ttlSecs": 60}}}, "/projection/cache",
+                                    "'ttlSecs' not allowed"),
     "otlp endpoint without scheme": ({"otel": {"endpoint": "collector:4317"}}, "/otel/endpoint", "pattern"),
     "misspelt key": ({"relation": {"replica": 3}}, "/relation", "'replica' not allowed"),
     "unknown top-level key": ({"relations": {}}, "", "'relations' not allowed"),

@@ -45,6 +45,13 @@ SG_REDIS__KEY_PREFIX: {{ . | quote }}
 {{- end }}
 SG_REDIS__POOL_SIZE: {{ $svc.redis.poolSize | int64 | quote }}
 SG_REDIS__TIMEOUT_MS: {{ $svc.redis.timeoutMs | int64 | quote }}
+{{- with $v.cache.keyPrefix }}
+SG_CACHE__KEY_PREFIX: {{ . | quote }}
+{{- end }}
+SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
+SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
+SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
+SG_CACHE__FOLLOWING_MAX: {{ $svc.cache.followingMax | int64 | quote }}
 SG_LIMITS__FOLLOWING_CAP: {{ $svc.limits.followingCap | int64 | quote }}
 SG_LIMITS__FOLLOW_BURST: {{ $svc.limits.followBurst | int64 | quote }}
 SG_LIMITS__FOLLOW_REFILL_PER_DAY: {{ $svc.limits.followRefillPerDay | int64 | quote }}
@@ -60,6 +67,11 @@ SG_KAFKA__REQUEST_DEADLINE_MS: {{ $v.kafka.requestDeadlineMs | int64 | quote }}
 SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
 SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
 SG_DATABASE__CONSUMER_NAME: {{ $svc.database.consumerName | quote }}
+{{- with $v.cache.keyPrefix }}
+SG_CACHE__KEY_PREFIX: {{ . | quote }}
+{{- end }}
+SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
+SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
@@ -93,23 +105,25 @@ SG_PROJECTION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.comp
 
 {{/* Secret env entries and the secret sources they use. Argument: component context. */}}
 {{- define "socialgraph.secretNames.relation" -}}
-{{- toJson (list "database-url" "redis-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
+{{- toJson (list "database-url" "redis-url" "cache-redis-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
 {{- end -}}
 {{- define "socialgraph.secretEnvs.relation" -}}
 {{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
 {{- include "socialgraph.secretEnv" (list $src "database-url" "SG_DATABASE__URL") }}
 {{- include "socialgraph.secretEnv" (list $src "redis-url" "SG_REDIS__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "cache-redis-url" "SG_CACHE__URL") }}
 {{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
 {{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
 {{- include "socialgraph.secretEnv" (list $src "page-token-secret" "SG_AUTH__PAGE_TOKEN_SECRET") }}
 {{- end -}}
 
 {{- define "socialgraph.secretNames.projection" -}}
-{{- toJson (list "projection-database-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
+{{- toJson (list "projection-database-url" "cache-redis-url" "kafka-brokers" "admin-token" "page-token-secret") -}}
 {{- end -}}
 {{- define "socialgraph.secretEnvs.projection" -}}
 {{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
 {{- include "socialgraph.secretEnv" (list $src "projection-database-url" "SG_DATABASE__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "cache-redis-url" "SG_CACHE__URL") }}
 {{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
 {{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
 {{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_RELATION__ADMIN_TOKEN") }}

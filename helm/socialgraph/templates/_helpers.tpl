@@ -112,6 +112,15 @@ named: the inline value is then never rendered).
 {{- else -}}
 {{- $_ := set $out "counter-redis-url" (get $out "redis-url") -}}
 {{- end -}}
+{{- /* cache redis: relation-svc's and projection-svc's list caches; unset (caches off) when empty */ -}}
+{{- $cache := $v.cache -}}
+{{- if $cache.existingSecret -}}
+{{- $_ := set $out "cache-redis-url" (dict "secret" $cache.existingSecret "key" $cache.existingSecretKey "inline" "") -}}
+{{- else if $cache.url -}}
+{{- $_ := set $out "cache-redis-url" (dict "secret" $inline "key" "cache-redis-url" "inline" $cache.url) -}}
+{{- else -}}
+{{- $_ := set $out "cache-redis-url" (dict "secret" "" "key" "" "inline" "") -}}
+{{- end -}}
 {{- /* kafka brokers: only when taken from an existing Secret (inline brokers are not secret) */ -}}
 {{- if $v.kafka.existingSecret -}}
 {{- $_ := set $out "kafka-brokers" (dict "secret" $v.kafka.existingSecret "key" $v.kafka.existingSecretKey "inline" "") -}}
