@@ -21,7 +21,8 @@ pub async fn cached_following(url: &str, prefix: &str, user_id: i64) -> anyhow::
     if state.as_deref() != Some("c") {
         return Ok(None);
     }
-    let members: Vec<(Vec<u8>, i64)> = redis::cmd("ZREVRANGE").arg(keys.following(user_id)).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut conn).await?;
+    let members: Vec<(Vec<u8>, i64)> =
+        redis::cmd("ZREVRANGE").arg(keys.following(user_id)).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut conn).await?;
     if Some(members.len() as i64) != n {
         return Ok(None);
     }
@@ -44,7 +45,7 @@ pub async fn following_lists(db: &TestDb, users: &[i64]) -> anyhow::Result<BTree
         }
     }
     for l in lists.values_mut() {
-        l.sort_by(|a, b| (b.1, b.0).cmp(&(a.1, a.0)));
+        l.sort_by_key(|e| std::cmp::Reverse((e.1, e.0)));
     }
     Ok(lists)
 }

@@ -140,7 +140,7 @@ impl Model {
 pub async fn served_users(c: &mut CounterServiceClient<Channel>, users: &[i64]) -> anyhow::Result<BTreeMap<i64, Five>> {
     let mut out = BTreeMap::new();
     for chunk in users.chunks(100) {
-        let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec() }).await?.into_inner();
+        let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec(), ..Default::default() }).await?.into_inner();
         for u in r.counters {
             out.insert(u.user_id, (u.followings, u.followers, u.posts, u.likes_received, u.favs_received));
         }

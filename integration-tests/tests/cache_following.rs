@@ -178,7 +178,11 @@ async fn the_actor_reads_its_own_follows_and_unfollows_at_once_warm_and_cold() -
         let list = walk(&mut client, actor, 1000).await?;
         let r = client.get_relationship(GetRelationshipRequest { user_id: actor, other_user_id: followee }).await?.into_inner();
         let listed = list.iter().any(|(id, _)| *id == followee);
-        assert_eq!((listed, r.relationship.as_ref().is_some_and(|r| r.following)), (!unfollow, !unfollow), "round {i} (cold: {cold}): the actor's list and relationship show its write");
+        assert_eq!(
+            (listed, r.relationship.as_ref().is_some_and(|r| r.following)),
+            (!unfollow, !unfollow),
+            "round {i} (cold: {cold}): the actor's list and relationship show its write"
+        );
     }
     let hits = metric_sum(&m.relation.metrics().await?, "sg_cache_requests_total", "result=\"hit\"");
     let writes = metric_sum(&m.relation.metrics().await?, "sg_cache_writes_total", "result=\"ok\"");

@@ -120,7 +120,7 @@ async fn check_file_against_mesh(
         e.0 += l;
         e.1 += f;
     }
-    let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=50).collect() }).await?.into_inner();
+    let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=50).collect(), ..Default::default() }).await?.into_inner();
     for u in r.counters {
         assert_eq!(
             (u.likes_received, u.favs_received),
@@ -137,7 +137,7 @@ async fn movielens_likes_and_favs_match_the_file_before_and_after_unliking_half(
     let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let mut c = m.counter.counter().await?;
     // The owners' counters exist before the load, so their received counts are kept.
-    c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=50).collect() }).await?;
+    c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=50).collect(), ..Default::default() }).await?;
     let data = ratings()?;
     assert_eq!(data.len(), 100_836);
     let mut movies: Vec<i64> = data.iter().map(|r| r.1).collect();

@@ -39,7 +39,7 @@ async fn read_all(m: &Mesh, users: i64) -> anyhow::Result<HashMap<i64, (u64, u64
         // UNAVAILABLE is retryable by contract (a cold batch waits on projection-svc and Redis).
         let mut attempt = 0;
         let r = loop {
-            match c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec() }).await {
+            match c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: chunk.to_vec(), ..Default::default() }).await {
                 Ok(r) => break r.into_inner(),
                 Err(e) if e.code() == Code::Unavailable && attempt < 20 => {
                     attempt += 1;
@@ -189,7 +189,11 @@ async fn unknown_unfollows_unknown_deletes_and_bursts_leave_counts_exact_and_nev
     m.settle(SETTLE).await?;
     let get = |u: i64| {
         let mut c = c.clone();
-        async move { anyhow::Ok(c.get_user_counters(GetUserCountersRequest { user_id: u }).await?.into_inner().counters.unwrap_or_default()) }
+        async move {
+            anyhow::Ok(
+                c.get_user_counters(GetUserCountersRequest { user_id: u, ..Default::default() }).await?.into_inner().counters.unwrap_or_default(),
+            )
+        }
     };
     let (u1, u2, u3, u4, u5) = (get(1).await?, get(2).await?, get(3).await?, get(4).await?, get(5).await?);
     assert_eq!((u1.followings, u2.followers), (0, 0), "an unfollow of a missing edge changes nothing");
@@ -212,13 +216,13 @@ fn fields(status: &tonic::Status) -> Vec<String> {
 async fn bad_input_on_user_counter_rpcs_gets_invalid_argument() -> anyhow::Result<()> {
     let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let mut c = m.counter.counter().await?;
-    let e = c.get_user_counters(GetUserCountersRequest { user_id: 0 }).await.unwrap_err();
+    let e = c.get_user_counters(GetUserCountersRequest { user_id: 0, ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_id".to_owned()]));
-    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1; 1001] }).await.unwrap_err();
+    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1; 1001], ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_ids".to_owned()]));
-    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![] }).await.unwrap_err();
+    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![], ..Default::default() }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, -3] }).await.unwrap_err();
+    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, -3], ..Default::default() }).await.unwrap_err();
     assert_eq!(fields(&e), ["user_ids[1]"]);
     let e = c.rebuild_user_counters(admin(RebuildUserCountersRequest { user_id: -1 })).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_id".to_owned()]));
@@ -288,7 +292,8 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     socialgraph_testkit::eventually(Duration::from_secs(30), "the sampled check to repair user 2", || {
         let mut c = c.clone();
         async move {
-            let got = c.get_user_counters(GetUserCountersRequest { user_id: 2 }).await?.into_inner().counters.unwrap_or_default();
+            let got =
+                c.get_user_counters(GetUserCountersRequest { user_id: 2, ..Default::default() }).await?.into_inner().counters.unwrap_or_default();
             tokio::time::sleep(Duration::from_millis(200)).await;
             Ok((got.followers == 2).then_some(()))
         }
@@ -298,7 +303,7 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     assert_eq!(repairs, 1.0, "one repair counted");
     // Counters that agree with the facts are left alone by later checks.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, 2, 3] }).await?;
+    c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, 2, 3], ..Default::default() }).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(metric(&m.counter.metrics().await?, "sg_counter_repairs_total"), 1.0);
     m.stop().await

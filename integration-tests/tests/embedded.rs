@@ -48,7 +48,8 @@ impl Dev {
                     return Ok(None);
                 }
                 let ids: Vec<i64> = (1..=users).collect();
-                let got = cc.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?.into_inner().counters;
+                let got =
+                    cc.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids, ..Default::default() }).await?.into_inner().counters;
                 let same = got.iter().all(|c| exact.get(&c.user_id).copied().unwrap_or_default() == (c.followings, c.followers));
                 if !same {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -58,7 +59,7 @@ impl Dev {
         })
         .await?;
         pc.get_projection_status(GetProjectionStatusRequest {}).await?;
-        cc.get_user_counters(GetUserCountersRequest { user_id: 1 }).await?;
+        cc.get_user_counters(GetUserCountersRequest { user_id: 1, ..Default::default() }).await?;
         Ok(())
     }
 }
@@ -149,7 +150,8 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     socialgraph_testkit::eventually(SETTLE, "likes received by the owner", || {
         let mut c = c.clone();
         async move {
-            let u = c.get_user_counters(GetUserCountersRequest { user_id: 50 }).await?.into_inner().counters.unwrap_or_default();
+            let u =
+                c.get_user_counters(GetUserCountersRequest { user_id: 50, ..Default::default() }).await?.into_inner().counters.unwrap_or_default();
             tokio::time::sleep(Duration::from_millis(50)).await;
             Ok((u.likes_received == 1 && u.favs_received == 1).then_some(()))
         }
@@ -165,25 +167,28 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let exact = exact_counts(&following).get(&50).copied().unwrap_or_default();
     assert_eq!((rebuilt.followings, rebuilt.followers, rebuilt.likes_received, rebuilt.favs_received), (exact.0, exact.1, 1, 1));
     // Bad input gets the same answers as counter-svc.
-    let e = c.get_user_counters(GetUserCountersRequest { user_id: 0 }).await.unwrap_err();
+    let e = c.get_user_counters(GetUserCountersRequest { user_id: 0, ..Default::default() }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1; 1001] }).await.unwrap_err();
+    let e = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1; 1001], ..Default::default() }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     // A metric asked for twice would multiply the answer: refused.
     let e = c.get_entity_counts(GetEntityCountsRequest { entity: movie(7), metrics: vec![1, 2, 1] }).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    let before = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect() }).await?.into_inner().counters;
+    let before =
+        c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect(), ..Default::default() }).await?.into_inner().counters;
     dev.stop().await?;
 
     // State survives a restart, and the mesh keeps going from where it stopped.
     let dev = start(&data).await?;
     let mut c = dev.counter().await?;
-    let after = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect() }).await?.into_inner().counters;
+    let after =
+        c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect(), ..Default::default() }).await?.into_inner().counters;
     assert_eq!(after, before, "counters after a restart");
     random_workload(dev.relation_addr(), 800, USERS, 6).await?;
     let (following, _) = tables(&data).await?;
     dev.settle(&exact_counts(&following), USERS).await?;
-    let before = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect() }).await?.into_inner().counters;
+    let before =
+        c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect(), ..Default::default() }).await?.into_inner().counters;
     dev.stop().await?;
 
     // Replay of the whole log (every stored offset deleted) changes nothing.
@@ -194,11 +199,12 @@ async fn the_embedded_mesh_converges_survives_a_restart_and_replays_to_the_same_
     let (following, _) = tables(&data).await?;
     dev.settle(&exact_counts(&following), USERS).await?;
     let mut c = dev.counter().await?;
-    let replayed = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect() }).await?.into_inner().counters;
+    let replayed =
+        c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: (1..=USERS).collect(), ..Default::default() }).await?.into_inner().counters;
     assert_eq!(replayed, before, "replaying the log changes no counter");
     let (following, follower) = tables(&data).await?;
     assert_projected(&following, &follower);
-    let u = c.get_user_counters(GetUserCountersRequest { user_id: 50 }).await?.into_inner().counters.unwrap_or_default();
+    let u = c.get_user_counters(GetUserCountersRequest { user_id: 50, ..Default::default() }).await?.into_inner().counters.unwrap_or_default();
     assert_eq!((u.likes_received, u.favs_received), (1, 1), "received likes survive the replay");
     dev.stop().await?;
     let _ = std::fs::remove_dir_all(data.parent().expect("dir"));

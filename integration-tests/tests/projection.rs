@@ -203,7 +203,8 @@ async fn follower_reads_agree_with_the_source() -> anyhow::Result<()> {
         expected.sort_by(|a, b| b.cmp(a));
         let (mut got, mut token) = (Vec::new(), String::new());
         loop {
-            let r = pc.list_followers(ListFollowersRequest { user_id: user, page_size: 3, page_token: token }).await?.into_inner();
+            let r =
+                pc.list_followers(ListFollowersRequest { user_id: user, page_size: 3, page_token: token, ..Default::default() }).await?.into_inner();
             got.extend(r.followers.iter().map(|f| f.user_id));
             if r.next_page_token.is_empty() {
                 break;
@@ -211,14 +212,17 @@ async fn follower_reads_agree_with_the_source() -> anyhow::Result<()> {
             token = r.next_page_token;
         }
         assert_eq!(got, expected.iter().map(|e| e.1).collect::<Vec<_>>(), "followers of {user}, newest first");
-        let count = pc.count_followers(CountFollowersRequest { user_id: user }).await?.into_inner().count;
+        let count = pc.count_followers(CountFollowersRequest { user_id: user, ..Default::default() }).await?.into_inner().count;
         assert_eq!(count, expected.len() as i64);
-        let counts = pc.get_edge_counts(GetEdgeCountsRequest { user_id: user }).await?.into_inner();
+        let counts = pc.get_edge_counts(GetEdgeCountsRequest { user_id: user, ..Default::default() }).await?.into_inner();
         assert_eq!(counts.followers, expected.len() as i64);
         assert_eq!(counts.followings, live.iter().filter(|e| e.follower_id == user).count() as i64);
         assert_eq!(counts.offsets.len(), 4, "offsets of every partition");
         let candidates: Vec<i64> = (1..=40).collect();
-        let checks = pc.batch_check_followers(BatchCheckFollowersRequest { user_id: user, candidate_ids: candidates }).await?.into_inner();
+        let checks = pc
+            .batch_check_followers(BatchCheckFollowersRequest { user_id: user, candidate_ids: candidates, ..Default::default() })
+            .await?
+            .into_inner();
         for c in checks.results {
             assert_eq!(c.follows, live.iter().any(|e| e.follower_id == c.candidate_id && e.followee_id == user));
         }
@@ -240,17 +244,20 @@ fn fields(status: &tonic::Status) -> Vec<String> {
 async fn bad_input_on_every_projection_rpc_gets_invalid_argument() -> anyhow::Result<()> {
     let (db, relation, projection, _topic) = mesh(Backend::Postgres).await?;
     let mut pc = projection.projection().await?;
-    let e = pc.list_followers(ListFollowersRequest { user_id: 0, page_size: 1001, page_token: String::new() }).await.unwrap_err();
+    let e =
+        pc.list_followers(ListFollowersRequest { user_id: 0, page_size: 1001, page_token: String::new(), ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_id".to_owned(), "page_size".to_owned()]));
-    let e = pc.list_followers(ListFollowersRequest { user_id: 1, page_size: 5, page_token: "forged".into() }).await.unwrap_err();
+    let e =
+        pc.list_followers(ListFollowersRequest { user_id: 1, page_size: 5, page_token: "forged".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["page_token".to_owned()]));
-    let e = pc.batch_check_followers(BatchCheckFollowersRequest { user_id: 1, candidate_ids: vec![2; 1001] }).await.unwrap_err();
+    let e =
+        pc.batch_check_followers(BatchCheckFollowersRequest { user_id: 1, candidate_ids: vec![2; 1001], ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["candidate_ids".to_owned()]));
-    let e = pc.batch_check_followers(BatchCheckFollowersRequest { user_id: -1, candidate_ids: vec![2, 0] }).await.unwrap_err();
+    let e = pc.batch_check_followers(BatchCheckFollowersRequest { user_id: -1, candidate_ids: vec![2, 0], ..Default::default() }).await.unwrap_err();
     assert_eq!(fields(&e), ["user_id", "candidate_ids[1]"]);
-    let e = pc.count_followers(CountFollowersRequest { user_id: 0 }).await.unwrap_err();
+    let e = pc.count_followers(CountFollowersRequest { user_id: 0, ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_id".to_owned()]));
-    let e = pc.get_edge_counts(GetEdgeCountsRequest { user_id: -5 }).await.unwrap_err();
+    let e = pc.get_edge_counts(GetEdgeCountsRequest { user_id: -5, ..Default::default() }).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["user_id".to_owned()]));
     let e = pc.rebuild(admin(RebuildRequest { target: None })).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["target".to_owned()]));

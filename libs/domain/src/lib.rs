@@ -1,10 +1,12 @@
 //! Domain types of socialgraph, free of IO: user ids, edges, page sizes and integrity-protected
 //! keyset page tokens, and the conversions the services share.
 
+mod consistency;
 mod convert;
 mod ids;
 mod page;
 
+pub use consistency::ConsistencyToken;
 pub use ids::{Edge, EdgeState, MAX_ENTITY_TYPE_LEN, UserId, Violation, valid_entity_type, validate_batch, validate_user_id};
 pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, Page, PageToken, PageTokenError, PageTokenKey, page_size};
 

@@ -172,3 +172,8 @@ impl From<ApiError> for Status {
         Status::with_error_details(code, message, d)
     }
 }
+
+/// The google.rpc ErrorInfo reason of a status another service answered (`None` without one).
+pub fn reason_of(status: &Status) -> Option<String> {
+    status.get_error_details().error_info().map(|i| i.reason.clone())
+}

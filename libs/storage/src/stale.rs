@@ -38,7 +38,9 @@ pub async fn mark<C: ConnectionTrait>(conn: &C, users: &[i64], now_ms: i64) -> R
         for u in chunk {
             q.values_panic([(*u).into(), 1i64.into(), now_ms.into()]);
         }
-        q.on_conflict(OnConflict::column(CacheStale::UserId).value(CacheStale::Marks, Expr::col((CacheStale::Table, CacheStale::Marks)).add(1)).to_owned());
+        q.on_conflict(
+            OnConflict::column(CacheStale::UserId).value(CacheStale::Marks, Expr::col((CacheStale::Table, CacheStale::Marks)).add(1)).to_owned(),
+        );
         conn.execute(&q).await?;
     }
     Ok(())

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use socialgraph_cache::counters::Sds;
+use socialgraph_domain::ConsistencyToken;
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
 use socialgraph_server::ApiResult;
@@ -18,6 +19,9 @@ use crate::users::Counters;
 pub trait CounterBackend: Send + Sync + 'static {
     /// The five counters of each user, in request order.
     async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>>;
+    /// As [`Self::user_counters`], with follow counts that reflect the edge change of `token`
+    /// (read-your-writes for a BFF passing a RelationService write's token along).
+    async fn user_counters_after(&self, user_ids: &[i64], token: ConsistencyToken) -> ApiResult<Vec<Sds>>;
     /// Recomputes one user's counters from the facts and returns them.
     async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds>;
     /// Sets (`wanted`) or clears `actor_id`'s `metric` on `entity`.
@@ -42,6 +46,11 @@ pub struct RedisCounters {
 #[tonic::async_trait]
 impl CounterBackend for RedisCounters {
     async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
+        self.counters.get(user_ids).await
+    }
+
+    async fn user_counters_after(&self, user_ids: &[i64], token: ConsistencyToken) -> ApiResult<Vec<Sds>> {
+        self.counters.sync_after(user_ids, token).await?;
         self.counters.get(user_ids).await
     }
 

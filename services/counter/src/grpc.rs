@@ -31,6 +31,15 @@ impl<B: CounterBackend> CounterGrpc<B> {
         Ok(socialgraph_server::auth::require_admin(self.admin_token.as_ref(), req.metadata())?)
     }
 
+    /// Counters of `ids`, after the change of `token` when one is given.
+    async fn counters(&self, ids: &[i64], token: &str) -> Result<Vec<Sds>, Status> {
+        let token = socialgraph_domain::ConsistencyToken::decode("consistency_token", token).map_err(socialgraph_server::ApiError::from)?;
+        Ok(match token {
+            Some(t) => self.backend.user_counters_after(ids, t).await?,
+            None => self.backend.user_counters(ids).await?,
+        })
+    }
+
     async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> Result<Toggled, Status> {
         let entity = validate_toggle(actor_id, entity, owner_id)?;
         Ok(self.backend.toggle(actor_id, entity, owner_id, metric, wanted).await?)
@@ -52,9 +61,10 @@ pub fn user_counters(user_id: i64, s: Sds) -> pb::UserCounters {
 #[tonic::async_trait]
 impl<B: CounterBackend> CounterService for CounterGrpc<B> {
     async fn get_user_counters(&self, req: Request<pb::GetUserCountersRequest>) -> Result<Response<pb::GetUserCountersResponse>, Status> {
-        let id = req.into_inner().user_id;
+        let r = req.into_inner();
+        let id = r.user_id;
         validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
-        let s = self.backend.user_counters(&[id]).await?;
+        let s = self.counters(&[id], &r.consistency_token).await?;
         Ok(Response::new(pb::GetUserCountersResponse { counters: s.first().map(|s| user_counters(id, *s)) }))
     }
 
@@ -62,9 +72,10 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
         &self,
         req: Request<pb::BatchGetUserCountersRequest>,
     ) -> Result<Response<pb::BatchGetUserCountersResponse>, Status> {
-        let ids = req.into_inner().user_ids;
+        let r = req.into_inner();
+        let ids = r.user_ids;
         validate_batch("user_ids", &ids).map_err(socialgraph_server::ApiError::from)?;
-        let s = self.backend.user_counters(&ids).await?;
+        let s = self.counters(&ids, &r.consistency_token).await?;
         let counters = ids.iter().zip(s).map(|(u, s)| user_counters(*u, s)).collect();
         Ok(Response::new(pb::BatchGetUserCountersResponse { counters }))
     }

@@ -14,6 +14,7 @@ use prometheus::IntCounter;
 use rand::Rng;
 use socialgraph_cache::CacheError;
 use socialgraph_cache::counters::Sds;
+use socialgraph_domain::ConsistencyToken;
 use socialgraph_proto::projection::v1::BatchGetEdgeCountsRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_server::{ApiError, ApiResult};
@@ -89,7 +90,7 @@ impl Counters {
             let r = self
                 .projection
                 .clone()
-                .batch_get_edge_counts(BatchGetEdgeCountsRequest { user_ids: chunk.to_vec() })
+                .batch_get_edge_counts(BatchGetEdgeCountsRequest { user_ids: chunk.to_vec(), consistency_token: String::new() })
                 .await
                 .map_err(|s| {
                     tracing::warn!(code = ?s.code(), message = s.message(), "projection-svc did not answer");
@@ -109,6 +110,36 @@ impl Counters {
             }
         }
         Ok(out)
+    }
+
+    /// Copies into the counters of `users` the projection's follow counts once the projection
+    /// has applied the edge change of `token` (it waits for that, bounded); newer versions only,
+    /// as always.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when projection-svc does not answer or has not applied the change in time
+    /// (reason NOT_YET_CONSISTENT), or Redis is down.
+    pub async fn sync_after(&self, users: &[i64], token: ConsistencyToken) -> ApiResult<()> {
+        let r = self
+            .projection
+            .clone()
+            .batch_get_edge_counts(BatchGetEdgeCountsRequest { user_ids: users.to_vec(), consistency_token: token.encode() })
+            .await
+            .map_err(|s| {
+                if socialgraph_server::reason_of(&s).as_deref() == Some("NOT_YET_CONSISTENT") {
+                    return ApiError::unavailable("NOT_YET_CONSISTENT", "the change of the consistency token is not applied yet; retry");
+                }
+                tracing::warn!(code = ?s.code(), message = s.message(), "projection-svc did not answer");
+                ApiError::unavailable(socialgraph_server::REASON_PEER, "projection-svc unavailable; retry")
+            })?
+            .into_inner();
+        let counts: Vec<EdgeCounts> = r
+            .counts
+            .iter()
+            .map(|c| EdgeCounts { user_id: c.user_id, followings: c.followings, followers: c.followers, version: c.version })
+            .collect();
+        self.store.sync_edges(&counts, false).await.map_err(cache_error)?;
+        Ok(())
     }
 
     /// Re-reads up to [`RESYNC_ENTITIES`] of the owner's entities and copies their counts into

@@ -23,6 +23,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBacken
 use socialgraph_cache::counters::{FIELDS, Sds, field};
 use socialgraph_counter::backend::CounterBackend;
 use socialgraph_counter::entities::{FAV, LIKE, Toggled, action_event, entity_counts};
+use socialgraph_domain::ConsistencyToken;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
@@ -133,6 +134,16 @@ impl SqlCounters {
 
 #[tonic::async_trait]
 impl CounterBackend for SqlCounters {
+    /// The write behind `token` is committed, so counting the facts now reflects it: each user's
+    /// counters are rebuilt (guarded by the newest log position, like every rebuild).
+    async fn user_counters_after(&self, user_ids: &[i64], _token: ConsistencyToken) -> ApiResult<Vec<Sds>> {
+        let mut out = Vec::with_capacity(user_ids.len());
+        for u in user_ids {
+            out.push(self.rebuild(*u).await.map_err(db_error)?);
+        }
+        Ok(out)
+    }
+
     async fn user_counters(&self, user_ids: &[i64]) -> ApiResult<Vec<Sds>> {
         let mut found = self.read(user_ids).await.map_err(db_error)?;
         let mut out = Vec::with_capacity(user_ids.len());

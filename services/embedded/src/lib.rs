@@ -158,7 +158,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
     let projection_config = projection_config(&config, &relation_topic);
-    let projection = socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), None, &registry)?;
+    let projection =
+        socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), None, &registry)?;
     let projector = Arc::clone(&projection.projector);
     let projection_loop = tokio::spawn(log::consume(
         db.clone(),

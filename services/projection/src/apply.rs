@@ -14,13 +14,13 @@ use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use sea_orm::DatabaseConnection;
+use socialgraph_cache::following::{CachedEdge, FollowingCache};
 use socialgraph_domain::Edge;
+use socialgraph_domain::EdgeState;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::RelationEvent;
 use socialgraph_storage::counts::{self, CountDelta};
 use socialgraph_storage::edges::{self, EdgeTable};
-use socialgraph_cache::following::{CachedEdge, FollowingCache};
-use socialgraph_domain::EdgeState;
 use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::stale;
 use tracing::Instrument;
@@ -92,7 +92,13 @@ impl Projector {
         }
     }
 
-    async fn apply_once(&self, topic: &str, newest: &HashMap<(i64, i64), Edge>, position: StoredOffset, stale_users: &[i64]) -> Result<u64, sea_orm::DbErr> {
+    async fn apply_once(
+        &self,
+        topic: &str,
+        newest: &HashMap<(i64, i64), Edge>,
+        position: StoredOffset,
+        stale_users: &[i64],
+    ) -> Result<u64, sea_orm::DbErr> {
         let txn = socialgraph_storage::begin_write(&self.db).await?;
         stale::mark(&txn, stale_users, crate::now_ms()).await?;
         let pairs: Vec<(i64, i64)> = newest.keys().copied().collect();

@@ -32,6 +32,7 @@ fn rebuild_response(c: RebuildCounts) -> pb::RebuildResponse {
 impl ProjectionService for ProjectionGrpc {
     async fn list_followers(&self, req: Request<pb::ListFollowersRequest>) -> Result<Response<pb::ListFollowersResponse>, Status> {
         let r = req.into_inner();
+        self.projection.await_token("consistency_token", &r.consistency_token).await?;
         let page = self.projection.list_followers(r.user_id, r.page_size, &r.page_token).await?;
         let followers = page
             .entries
@@ -43,6 +44,7 @@ impl ProjectionService for ProjectionGrpc {
 
     async fn batch_check_followers(&self, req: Request<pb::BatchCheckFollowersRequest>) -> Result<Response<pb::BatchCheckFollowersResponse>, Status> {
         let r = req.into_inner();
+        self.projection.await_token("consistency_token", &r.consistency_token).await?;
         let found = self.projection.check_followers(r.user_id, &r.candidate_ids).await?;
         let results = r
             .candidate_ids
@@ -54,12 +56,16 @@ impl ProjectionService for ProjectionGrpc {
     }
 
     async fn count_followers(&self, req: Request<pb::CountFollowersRequest>) -> Result<Response<pb::CountFollowersResponse>, Status> {
-        let count = self.projection.count_followers(req.into_inner().user_id).await?;
+        let r = req.into_inner();
+        self.projection.await_token("consistency_token", &r.consistency_token).await?;
+        let count = self.projection.count_followers(r.user_id).await?;
         Ok(Response::new(pb::CountFollowersResponse { count }))
     }
 
     async fn get_edge_counts(&self, req: Request<pb::GetEdgeCountsRequest>) -> Result<Response<pb::GetEdgeCountsResponse>, Status> {
-        let c = self.projection.edge_counts(req.into_inner().user_id).await?;
+        let r = req.into_inner();
+        self.projection.await_token("consistency_token", &r.consistency_token).await?;
+        let c = self.projection.edge_counts(r.user_id).await?;
         let offsets = c
             .offsets
             .iter()
@@ -69,8 +75,10 @@ impl ProjectionService for ProjectionGrpc {
     }
 
     async fn batch_get_edge_counts(&self, req: Request<pb::BatchGetEdgeCountsRequest>) -> Result<Response<pb::BatchGetEdgeCountsResponse>, Status> {
-        let ids = req.into_inner().user_ids;
+        let r = req.into_inner();
+        let ids = r.user_ids;
         socialgraph_domain::validate_batch("user_ids", &ids).map_err(ApiError::from)?;
+        self.projection.await_token("consistency_token", &r.consistency_token).await?;
         let batch = self.projection.batch_edge_counts(&ids).await?;
         let counts = batch
             .counts

@@ -64,8 +64,10 @@ pub fn build(
 ) -> anyhow::Result<Parts> {
     let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
     let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
-    let cache_applies =
-        IntCounterVec::new(Opts::new("sg_cache_applies_total", "Event batches applied to the following-list cache, by result (ok, failed)"), &["result"])?;
+    let cache_applies = IntCounterVec::new(
+        Opts::new("sg_cache_applies_total", "Event batches applied to the following-list cache, by result (ok, failed)"),
+        &["result"],
+    )?;
     registry.register(Box::new(applied.clone()))?;
     registry.register(Box::new(skipped.clone()))?;
     registry.register(Box::new(cache_applies.clone()))?;

@@ -75,7 +75,35 @@ fn scan_error(e: tonic::Status) -> ApiError {
     }
 }
 
+/// Longest a read holding a consistency token waits for the projection to apply its change.
+pub const CONSISTENCY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Projection {
+    /// Waits until the `follower` table holds the edge change named by `token` (request field
+    /// `field`) or a newer one; returns at once for an empty token. Polls every 5 ms for at most
+    /// [`CONSISTENCY_WAIT`].
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a malformed token; UNAVAILABLE `NOT_YET_CONSISTENT` (with RetryInfo)
+    /// when the change is not applied in time; UNAVAILABLE when the database fails.
+    pub async fn await_token(&self, field: &str, token: &str) -> ApiResult<()> {
+        let Some(t) = socialgraph_domain::ConsistencyToken::decode(field, token)? else { return Ok(()) };
+        let deadline = tokio::time::Instant::now() + CONSISTENCY_WAIT;
+        loop {
+            let row = edges::get(&self.db, EdgeTable::Follower, t.follower_id, t.followee_id, false).await.map_err(db_error)?;
+            if row.is_some_and(|e| e.version >= t.version) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::unavailable(
+                    "NOT_YET_CONSISTENT",
+                    "the projection has not applied the change of the consistency token yet; retry",
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// One page of `user_id`'s followers, newest first.
     ///
     /// # Errors

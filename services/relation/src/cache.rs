@@ -1,6 +1,7 @@
 //! relation-svc's side of the following-list cache ([`socialgraph_cache::following`]): reads
-//! that try the cache first, fills on a miss, and the write-through after the caller's own
-//! Follow/Unfollow that gives the actor read-your-writes.
+//! that try the cache first, fills on a miss, and the write-through after every transaction
+//! that changed edges (Follow, Unfollow, blocks, approvals, imports, account jobs), which gives
+//! the actor read-your-writes.
 //!
 //! The cache never decides an answer on its own: a miss fills the list from the `following`
 //! table and answers from the rows read; a cache that is down, slow or failing answers nothing
@@ -34,14 +35,18 @@ impl CacheMetrics {
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let requests =
-            IntCounterVec::new(Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (hit, miss, fallback)"), &["cache", "rpc", "result"])?;
-        let fills = IntCounterVec::new(Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result (cached, raced, too_long)"), &[
-            "cache", "result",
-        ])?;
-        let writes = IntCounterVec::new(Opts::new("sg_cache_writes_total", "Write-throughs of the caller's own changes by cache and result"), &[
-            "cache", "result",
-        ])?;
+        let requests = IntCounterVec::new(
+            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (hit, miss, fallback)"),
+            &["cache", "rpc", "result"],
+        )?;
+        let fills = IntCounterVec::new(
+            Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result (cached, raced, too_long)"),
+            &["cache", "result"],
+        )?;
+        let writes = IntCounterVec::new(
+            Opts::new("sg_cache_writes_total", "Write-throughs of the caller's own changes by cache and result"),
+            &["cache", "result"],
+        )?;
         for m in [&requests, &fills, &writes] {
             registry.register(Box::new(m.clone()))?;
         }
@@ -117,8 +122,11 @@ impl Relations {
             Looked::Miss => {}
         }
         let Some(rows) = self.fill_following(c, user_id).await? else { return db_page().await };
-        let mut entries: Vec<ListEntry> =
-            rows.iter().map(|e| ListEntry { user_id: e.followee_id, followed_at_ms: e.followed_at_ms }).filter(|e| after.is_none_or(|a| is_after(e, a))).collect();
+        let mut entries: Vec<ListEntry> = rows
+            .iter()
+            .map(|e| ListEntry { user_id: e.followee_id, followed_at_ms: e.followed_at_ms })
+            .filter(|e| after.is_none_or(|a| is_after(e, a)))
+            .collect();
         entries.sort_by(list_order);
         entries.truncate(limit);
         Ok(entries)
@@ -181,11 +189,14 @@ impl Relations {
         c.metrics.writes.with_label_values(&["following", result]).inc();
     }
 
-    /// Drops `users`' cached lists after a change made outside the write-through (blocks).
-    pub(crate) async fn evict_following(&self, users: &[i64]) {
-        let Some(c) = &self.caches else { return };
-        let result = if c.following.evict(users).await.is_ok() { "ok" } else { "failed" };
-        c.metrics.writes.with_label_values(&["following", result]).inc();
+    /// Writes edges a committed transaction changed (imports, approvals, blocks, account
+    /// jobs) into the cache, as [`Self::write_through`] does for a Follow.
+    pub(crate) async fn write_through_edges(&self, edges: &[Edge]) {
+        if self.caches.is_none() || edges.is_empty() {
+            return;
+        }
+        let changes: Vec<(i64, CachedEdge)> = edges.iter().map(|e| (e.follower_id, cached_edge(e))).collect();
+        self.write_through(&changes).await;
     }
 }
 

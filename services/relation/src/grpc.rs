@@ -134,6 +134,11 @@ fn add(total: &mut ImportCounts, c: ImportCounts) {
     total.skipped_inactive += c.skipped_inactive;
 }
 
+/// The consistency token of an edge change (empty when nothing changed).
+fn token(changed: bool, follower_id: i64, followee_id: i64, version: i64) -> String {
+    if changed { socialgraph_domain::ConsistencyToken { follower_id, followee_id, version }.encode() } else { String::new() }
+}
+
 #[tonic::async_trait]
 impl RelationService for RelationGrpc {
     async fn follow(&self, req: Request<pb::FollowRequest>) -> Result<Response<pb::FollowResponse>, Status> {
@@ -144,13 +149,19 @@ impl RelationService for RelationGrpc {
             followed_at: (!out.requested).then(|| timestamp_from_ms(out.edge.followed_at_ms)),
             version: out.edge.version,
             requested: out.requested,
+            consistency_token: token(out.changed && !out.requested, r.follower_id, r.followee_id, out.edge.version),
         }))
     }
 
     async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
         let r = req.into_inner();
         let out = self.relations.unfollow(r.follower_id, r.followee_id).await?;
-        Ok(Response::new(pb::UnfollowResponse { changed: out.changed, version: out.version, request_cancelled: out.request_cancelled }))
+        Ok(Response::new(pb::UnfollowResponse {
+            changed: out.changed,
+            version: out.version,
+            request_cancelled: out.request_cancelled,
+            consistency_token: token(out.changed, r.follower_id, r.followee_id, out.version),
+        }))
     }
 
     async fn list_following(&self, req: Request<pb::ListFollowingRequest>) -> Result<Response<pb::ListFollowingResponse>, Status> {
@@ -261,7 +272,11 @@ impl RelationService for RelationGrpc {
     async fn remove_follower(&self, req: Request<pb::RemoveFollowerRequest>) -> Result<Response<pb::RemoveFollowerResponse>, Status> {
         let r = req.into_inner();
         let out = self.relations.remove_follower(r.user_id, r.follower_id).await?;
-        Ok(Response::new(pb::RemoveFollowerResponse { changed: out.changed, version: out.version }))
+        Ok(Response::new(pb::RemoveFollowerResponse {
+            changed: out.changed,
+            version: out.version,
+            consistency_token: token(out.changed, r.follower_id, r.user_id, out.version),
+        }))
     }
 
     async fn set_account_locked(&self, req: Request<pb::SetAccountLockedRequest>) -> Result<Response<pb::SetAccountLockedResponse>, Status> {

@@ -40,13 +40,15 @@ impl Relations {
     /// UNAVAILABLE or INTERNAL on database failure (the chunk is then not written).
     pub async fn import_chunk(&self, chunk: &[ImportEdge]) -> ApiResult<ImportCounts> {
         let (wanted, mut counts) = dedup_import(chunk);
-        let (imported, dups, blocked, inactive) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await);
+        let (written, dups, blocked, inactive) = in_tx!(self, txn => self.import_tx(&txn, &wanted).await);
+        let imported = written.len() as i64;
         counts.imported = imported;
         counts.skipped_duplicates += dups;
         counts.skipped_blocked = blocked;
         counts.skipped_inactive = inactive;
         if imported > 0 {
             self.relay_wake.notify_one();
+            self.write_through_edges(&written).await;
         }
         Ok(counts)
     }
@@ -57,8 +59,8 @@ impl Relations {
     /// one multi-row insert, in (follower, followee) order. Edges of inactive accounts are left
     /// out, and checked again after the writes (see `lifecycle`): an account that became
     /// inactive meanwhile makes the transaction run again. Returns (imported, repeats, blocked,
-    /// inactive).
-    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(i64, i64, i64, i64), TxError> {
+    /// inactive), the first as the edges written.
+    async fn import_tx(&self, txn: &DatabaseTransaction, wanted: &BTreeMap<(i64, i64), i64>) -> Result<(Vec<Edge>, i64, i64, i64), TxError> {
         let now = now_ms();
         let users: Vec<i64> = wanted.keys().flat_map(|&(f, e)| [f, e]).collect::<BTreeSet<i64>>().into_iter().collect();
         let inactive = accounts::inactive_among(txn, &users).await?;
@@ -81,11 +83,12 @@ impl Relations {
         let existing: HashMap<(i64, i64), Edge> =
             edges::get_many(txn, EdgeTable::Following, &rest, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let blocked = if rest.is_empty() { HashSet::new() } else { edges::blocked_among(txn, &rest).await? };
-        let (mut inserts, mut events, mut dups) = (Vec::new(), Vec::new(), 0_i64);
+        let (mut inserts, mut events, mut written, mut dups) = (Vec::new(), Vec::new(), Vec::new(), 0_i64);
         for (&(follower_id, followee_id), &at) in wanted {
             if inserted.contains(&(follower_id, followee_id)) {
                 let edge = Edge::followed(follower_id, followee_id, None, at, now);
                 events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+                written.push(edge);
                 continue;
             }
             if blocked.contains(&(follower_id, followee_id)) {
@@ -102,13 +105,14 @@ impl Relations {
                 None => inserts.push(edge),
             }
             events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+            written.push(edge);
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
         outbox::insert(txn, &events).await?;
         if !events.is_empty() && accounts::inactive_among(txn, &users).await?.len() > inactive.len() {
             return Err(TxError::Raced);
         }
-        Ok((events.len() as i64, dups, blocked.len() as i64, skipped_inactive))
+        Ok((written, dups, blocked.len() as i64, skipped_inactive))
     }
 
     /// Import batch size from config.

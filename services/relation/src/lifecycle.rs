@@ -145,17 +145,20 @@ impl Relations {
             _ => true,
         };
         let batch = self.import_batch_size();
-        let step = in_tx!(self, txn => self.job_tx(&txn, user_id, settled, batch).await.map_err(TxError::Db));
-        if matches!(step, Step::Changed(n) if n > 0) {
+        let (step, written) = in_tx!(self, txn => self.job_tx(&txn, user_id, settled, batch).await.map_err(TxError::Db));
+        if !written.is_empty() {
             self.relay_wake.notify_one();
+            self.write_through_edges(&written).await;
         }
         Ok(step)
     }
 
-    async fn job_tx(&self, txn: &DatabaseTransaction, user_id: i64, settled: bool, batch: usize) -> Result<Step, sea_orm::DbErr> {
-        let Some(mut acc) = accounts::get(txn, user_id, true).await? else { return Ok(Step::Done) };
+    /// One batch of the job in `txn`: the step and the edges it wrote.
+    async fn job_tx(&self, txn: &DatabaseTransaction, user_id: i64, settled: bool, batch: usize) -> Result<(Step, Vec<Edge>), sea_orm::DbErr> {
+        let step = |s: Step| Ok((s, Vec::new()));
+        let Some(mut acc) = accounts::get(txn, user_id, true).await? else { return step(Step::Done) };
         let (from, to, kind, peer_active): (&[EdgeState], EdgeState, RelationEventKind, bool) = match acc.job {
-            AccountJob::None => return Ok(Step::Done),
+            AccountJob::None => return step(Step::Done),
             AccountJob::Hide => (&[EdgeState::Following], EdgeState::Hidden, RelationEventKind::Unfollowed, false),
             AccountJob::Restore => (&[EdgeState::Hidden], EdgeState::Following, RelationEventKind::Followed, true),
             AccountJob::Delete => (&[EdgeState::Following, EdgeState::Hidden], EdgeState::NotFollowing, RelationEventKind::Unfollowed, false),
@@ -168,7 +171,7 @@ impl Relations {
             outbox::insert(txn, &events).await?;
             acc.edges_done += written.len() as i64;
             accounts::put(txn, &acc).await?;
-            return Ok(Step::Changed(written.len()));
+            return Ok((Step::Changed(written.len()), written));
         }
         if acc.status_xid == 0 && matches!(acc.job, AccountJob::Hide | AccountJob::Delete) {
             // Taken after the status change committed: every transaction still running at or
@@ -176,10 +179,10 @@ impl Relations {
             acc.status_xid = accounts::current_xid(txn).await?;
             if acc.status_xid != 0 {
                 accounts::put(txn, &acc).await?;
-                return Ok(Step::Waiting);
+                return step(Step::Waiting);
             }
         } else if !settled {
-            return Ok(Step::Waiting);
+            return step(Step::Waiting);
         }
         match acc.job {
             AccountJob::Delete => {
@@ -191,7 +194,7 @@ impl Relations {
             }
             _ => accounts::put(txn, &Account { job: AccountJob::None, ..acc }).await?,
         }
-        Ok(Step::Done)
+        step(Step::Done)
     }
 }
 

@@ -88,10 +88,10 @@ impl Relations {
                 return Err(TxError::Api(crate::lifecycle::inactive_error()));
             }
             if acc.locked == locked {
-                return Ok((false, 0));
+                return Ok((false, Vec::new()));
             }
             accounts::put(&txn, &Account { locked, ..acc }).await?;
-            let mut approved = 0;
+            let mut approved = Vec::new();
             if !locked {
                 // Keyset pages: requests kept (an inactive requester's) are not read twice.
                 let mut after = None;
@@ -100,16 +100,17 @@ impl Relations {
                     let Some(last) = page.last() else { break };
                     after = Some(socialgraph_domain::Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id });
                     let ids: Vec<i64> = page.iter().map(|e| e.user_id).collect();
-                    approved += self.approve_tx(&txn, user_id, &ids).await?;
+                    approved.extend(self.approve_tx(&txn, user_id, &ids).await?);
                 }
             }
             Ok((true, approved))
         }
         .await);
-        if out.1 > 0 {
+        if !out.1.is_empty() {
             self.relay_wake.notify_one();
+            self.write_through_edges(&out.1).await;
         }
-        Ok(out)
+        Ok((out.0, out.1.len() as i64))
     }
 
     /// `user_id` approves (`approve`) or rejects the pending requests of `requester_ids`;
@@ -132,17 +133,18 @@ impl Relations {
             return Ok(gone.len() as i64);
         }
         let approved = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);
-        if approved > 0 {
+        if !approved.is_empty() {
             self.relay_wake.notify_one();
+            self.write_through_edges(&approved).await;
         }
-        Ok(approved)
+        Ok(approved.len() as i64)
     }
 
     /// Turns the pending requests of `requester_ids` to `user_id` into edges with their events;
     /// the edge of a requester whose account is not active is made hidden (it comes back with
     /// the account). The accounts are read again after the writes, as every follow path does
-    /// (see `lifecycle`).
-    async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<i64, TxError> {
+    /// (see `lifecycle`). Returns the edges written.
+    async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<Vec<Edge>, TxError> {
         let mut everyone: Vec<i64> = requester_ids.to_vec();
         everyone.push(user_id);
         let inactive = accounts::inactive_among(txn, &everyone).await?;
@@ -158,7 +160,7 @@ impl Relations {
             edges::get_many(txn, EdgeTable::Following, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let blocked = edges::blocked_among(txn, &pairs).await?;
         let now = now_ms();
-        let (mut inserts, mut events) = (Vec::new(), Vec::new());
+        let (mut inserts, mut events, mut written) = (Vec::new(), Vec::new(), Vec::new());
         for pair in pairs.iter().filter(|p| !blocked.contains(p)) {
             let old = existing.get(pair);
             if old.is_some_and(|e| e.state != EdgeState::NotFollowing) {
@@ -177,13 +179,14 @@ impl Relations {
                 None => inserts.push(edge),
             }
             events.push(self.event_row(&edge, kind, now));
+            written.push(edge);
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
         outbox::insert(txn, &events).await?;
         if !events.is_empty() && accounts::inactive_among(txn, &everyone).await?.len() > inactive.len() {
             return Err(TxError::Raced);
         }
-        Ok(events.len() as i64)
+        Ok(written)
     }
 
     /// One page of `user_id`'s incoming or outgoing pending requests, newest first.

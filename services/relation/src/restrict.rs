@@ -16,7 +16,7 @@
 //!   order, and only then read or write the `block` rows, so the flag is computed from a
 //!   settled view ("blocked" = either direction blocks).
 
-use socialgraph_domain::{EdgeState, ListKind, Violation, validate_user_id};
+use socialgraph_domain::{Edge, EdgeState, ListKind, Violation, validate_user_id};
 use socialgraph_proto::events::v1::RelationEventKind;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult, db_error};
@@ -81,39 +81,45 @@ impl Relations {
     /// INVALID_ARGUMENT (bad ids, SELF_BLOCK); UNAVAILABLE.
     pub async fn block(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<BlockOutcome> {
         validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
-        let out = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
-        if out.edges_removed > 0 {
+        let (out, ended) = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
+        if !ended.is_empty() {
             self.relay_wake.notify_one();
-            // The blocker reads the ended edge back at once (the events update the rest).
-            self.evict_following(&[blocker_id, blocked_id]).await;
+            self.write_through_edges(&ended).await;
         }
         Ok(out)
     }
 
-    async fn block_tx(&self, txn: &sea_orm::DatabaseTransaction, blocker_id: i64, blocked_id: i64) -> Result<BlockOutcome, sea_orm::DbErr> {
+    /// The block in `txn`: its outcome and the edges it ended.
+    async fn block_tx(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        blocker_id: i64,
+        blocked_id: i64,
+    ) -> Result<(BlockOutcome, Vec<Edge>), sea_orm::DbErr> {
         let now = now_ms();
         let rows = pair_rows(blocker_id, blocked_id);
         for (f, e) in rows {
             edges::mark_blocked(txn, f, e, true, now).await?;
         }
         if restrictions::exists(txn, Restriction::Block, blocker_id, blocked_id, false).await? {
-            return Ok(BlockOutcome { changed: false, edges_removed: 0 });
+            return Ok((BlockOutcome { changed: false, edges_removed: 0 }, Vec::new()));
         }
         restrictions::insert(txn, Restriction::Block, blocker_id, blocked_id, now).await?;
         // Pending follow requests between them go too (not edges: no events).
         restrictions::delete(txn, Restriction::Request, blocker_id, blocked_id).await?;
         restrictions::delete(txn, Restriction::Request, blocked_id, blocker_id).await?;
-        let mut events = Vec::new();
+        let (mut events, mut ended) = (Vec::new(), Vec::new());
         for (f, e) in rows {
             let Some((old, _)) = edges::get_following(txn, f, e, true).await? else { continue };
             if old.state != EdgeState::NotFollowing {
                 let edge = old.unfollowed(now);
                 edges::update(txn, EdgeTable::Following, &edge).await?;
                 events.push(self.event_row(&edge, RelationEventKind::Unfollowed, now));
+                ended.push(edge);
             }
         }
         outbox::insert(txn, &events).await?;
-        Ok(BlockOutcome { changed: true, edges_removed: events.len() as i32 })
+        Ok((BlockOutcome { changed: true, edges_removed: events.len() as i32 }, ended))
     }
 
     /// Lifts `blocker_id`'s block of `blocked_id`; true when there was one.

@@ -373,11 +373,7 @@ impl Relations {
         let following = |e: &Edge| e.state == EdgeState::Following;
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
         let out: std::collections::HashMap<i64, Edge> = match self.cached_following_at(rpc, user_id, others).await? {
-            Some(at) => others
-                .iter()
-                .zip(at)
-                .filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms))))
-                .collect(),
+            Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms)))).collect(),
             None => {
                 let out_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
                 let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;

@@ -117,7 +117,10 @@ impl ListQuery {
         let relation_err = |s| CliError::rpc(RELATION, s);
         match (*self, client) {
             (Self::Followers { user_id }, ListClient::Projection(c)) => {
-                let r = c.list_followers(ListFollowersRequest { user_id, page_size, page_token }).await.map_err(|s| CliError::rpc(PROJECTION, s))?;
+                let r = c
+                    .list_followers(ListFollowersRequest { user_id, page_size, page_token, ..Default::default() })
+                    .await
+                    .map_err(|s| CliError::rpc(PROJECTION, s))?;
                 let r = r.into_inner();
                 let entries = r.followers.into_iter().map(|e| Listed { user_id: e.user_id, followed_at_ms: ms(e.followed_at.as_ref()) }).collect();
                 Ok((entries, r.next_page_token))
@@ -193,7 +196,7 @@ pub async fn relationships(endpoints: &Endpoints, user_id: i64, others: &[i64]) 
 pub async fn user_counters(client: &mut CounterServiceClient<Channel>, user_ids: &[i64], batch: usize) -> CliResult<Vec<UserCounters>> {
     let mut out = Vec::with_capacity(user_ids.len());
     for chunk in user_ids.chunks(batch.clamp(1, MAX_BATCH)) {
-        let req = BatchGetUserCountersRequest { user_ids: chunk.to_vec() };
+        let req = BatchGetUserCountersRequest { user_ids: chunk.to_vec(), ..Default::default() };
         out.extend(client.batch_get_user_counters(req).await.map_err(|s| CliError::rpc(COUNTER, s))?.into_inner().counters);
     }
     Ok(out)

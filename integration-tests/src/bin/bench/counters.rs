@@ -38,7 +38,7 @@ async fn read_every_user(svc: &Svc, users: i64) -> anyhow::Result<Run> {
         let mut c = clients[w % clients.len()].clone();
         let ids: Vec<i64> = (i as i64 * 100 + 1..=((i as i64 + 1) * 100).min(users)).collect();
         async move {
-            c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?;
+            c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids, ..Default::default() }).await?;
             Ok(())
         }
     })
@@ -66,7 +66,7 @@ async fn counter_reads(svc: &Svc, a: &CountersArgs, seed: u64) -> anyhow::Result
         let mut c = cl[w % cl.len()].clone();
         let ids: Vec<i64> = (0..100u64).map(|k| (mix(seed ^ (i as u64 * 131 + k)) % users) as i64 + 1).collect();
         async move {
-            let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids }).await?.into_inner();
+            let r = c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: ids, ..Default::default() }).await?.into_inner();
             anyhow::ensure!(r.counters.len() == 100, "{} counters for 100 ids", r.counters.len());
             Ok(())
         }
@@ -76,7 +76,7 @@ async fn counter_reads(svc: &Svc, a: &CountersArgs, seed: u64) -> anyhow::Result
         let mut c = clients[w % clients.len()].clone();
         let user_id = (mix(seed ^ i as u64) % users) as i64 + 1;
         async move {
-            c.get_user_counters(GetUserCountersRequest { user_id }).await?;
+            c.get_user_counters(GetUserCountersRequest { user_id, ..Default::default() }).await?;
             Ok(())
         }
     })

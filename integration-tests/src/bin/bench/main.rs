@@ -3,7 +3,8 @@
 //! ratio service/raw.
 //!
 //! `cargo run --release -p socialgraph-integration-tests --bin bench -- all`, or one part:
-//! `relation`, `projection`, `counters`, `likes` (`--help` lists each part's knobs).
+//! `relation`, `projection`, `counters`, `likes`, `import`, `idle`, `cache`, `sustained` (`--help`
+//! lists each part's knobs).
 //!
 //! It prints numbers and asserts nothing. Every loop is bounded in count and in time, and all
 //! traffic goes to 127.0.0.1. Databases and Redis keys it creates are removed at the end of
@@ -15,6 +16,7 @@
 //! (broker and Redis) helpers.
 
 mod backends;
+mod cache;
 mod counters;
 mod idle;
 mod import;
@@ -58,6 +60,9 @@ enum Part {
     Sustained(SustainedArgs),
     /// CPU of the broker and of the services while the mesh receives nothing.
     Idle(IdleArgs),
+    /// Following pages and relationship batches with the following-list cache warm, cold and
+    /// off, beside ZREVRANGE/ZMSCORE and PostgreSQL.
+    Cache(CacheArgs),
     /// Every part, in order, with default settings (the sustained run included).
     All,
 }
@@ -137,6 +142,16 @@ struct ImportArgs {
 }
 
 #[derive(Parser, Clone)]
+struct CacheArgs {
+    /// The edge list (SNAP text, gzip or not).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/soc-Slashdot0902.txt.gz"))]
+    file: String,
+    /// Reads per measured row.
+    #[arg(long, default_value_t = 2_000)]
+    reads: usize,
+}
+
+#[derive(Parser, Clone)]
 struct IdleArgs {
     /// Seconds measured in each configuration.
     #[arg(long, default_value_t = 30)]
@@ -175,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
         Part::Likes(a) => likes::run(&a).await?,
         Part::Import(a) => import::run(&a).await?,
         Part::Idle(a) => idle::run(&a).await?,
+        Part::Cache(a) => cache::run(&a).await?,
         Part::Sustained(a) => sustained::run(&a).await?,
         Part::All => {
             relation::run(&defaults()).await?;
@@ -183,6 +199,7 @@ async fn main() -> anyhow::Result<()> {
             likes::run(&defaults()).await?;
             import::run(&defaults()).await?;
             idle::run(&defaults()).await?;
+            cache::run(&defaults()).await?;
             sustained::run(&defaults()).await?;
         }
     }

@@ -215,7 +215,7 @@ async fn follow_and_poll(
     };
     let deadline = acked + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let req = ListFollowersRequest { user_id: followee, page_size: 1, page_token: String::new() };
+        let req = ListFollowersRequest { user_id: followee, page_size: 1, page_token: String::new(), ..Default::default() };
         let listed = match p.list_followers(req).await {
             Ok(resp) => resp.into_inner().followers.iter().any(|f| f.user_id == follower),
             Err(_) => false,

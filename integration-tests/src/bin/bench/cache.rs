@@ -1,0 +1,241 @@
+//! Part 8, cache: the following-list cache on a real follow graph (soc-Slashdot0902, ids + 1,
+//! loaded with ImportFollows into the whole mesh). One gRPC client, one call at a time, as a
+//! BFF rendering a page: a following page and BatchGetRelationships(100) with the cache warm,
+//! cold (the user's cached list deleted before each call, so every call fills) and off (a
+//! relation-svc without a cache on the same database), each beside the same read done raw on
+//! the cache Redis (ZREVRANGE, ZMSCORE on the same sorted sets) and on PostgreSQL.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use socialgraph_cache::keys::Keys;
+use socialgraph_cli::commands::progress_bar;
+use socialgraph_cli::load::{LoadOptions, load_follows};
+use socialgraph_cli::{EdgeFileOptions, EdgeFormat, Endpoints, read_follow_file};
+use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh, cache_settings, metric, redis_conn, spawn_relation};
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
+use tonic::transport::Channel;
+
+use crate::CacheArgs;
+use crate::report::{Hist, header, hist, ms, print_table, progress, row, summarize};
+
+/// Latencies of `n` sequential calls of `op(i)`, with `before(i)` run untimed before each.
+async fn timed<B, BF, F, Fut>(n: usize, mut before: B, mut op: F) -> anyhow::Result<Hist>
+where
+    B: FnMut(usize) -> BF,
+    BF: std::future::Future<Output = anyhow::Result<()>>,
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut h = hist();
+    for i in 0..n {
+        before(i).await?;
+        let t = Instant::now();
+        op(i).await?;
+        h.record(t.elapsed().as_micros().max(1) as u64)?;
+    }
+    Ok(h)
+}
+
+async fn none(_: usize) -> anyhow::Result<()> {
+    Ok(())
+}
+
+/// The users read: the accounts following the most, then random ones with at least one follow.
+fn sample(users_by_followings: &[(i64, usize)], n: usize, seed: u64) -> Vec<i64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let top: Vec<i64> = users_by_followings.iter().take(200).map(|(u, _)| *u).collect();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(if i % 2 == 0 { top[i / 2 % top.len()] } else { users_by_followings[rng.random_range(0..users_by_followings.len())].0 });
+    }
+    out
+}
+
+pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
+    header("cache: following lists from the cache Redis, warm, cold and off");
+    let path = PathBuf::from(&a.file);
+    anyhow::ensure!(path.exists(), "{} is missing: the data sets live in ../shared/data beside the repository", path.display());
+    let graph = read_follow_file(&path, EdgeFileOptions { format: EdgeFormat::Auto, id_offset: 1 })?;
+    let mut followings: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    for e in &graph.edges {
+        *followings.entry(e.follower_id).or_default() += 1;
+    }
+    let mut by_followings: Vec<(i64, usize)> = followings.into_iter().collect();
+    by_followings.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+
+    progress(&format!("ImportFollows of {} edges into the mesh", graph.edges.len()));
+    let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let endpoints = Endpoints {
+        relation: format!("http://{}", mesh.relation.addr),
+        projection: format!("http://{}", mesh.projection.addr),
+        counter: format!("http://{}", mesh.counter.addr),
+        admin_token: Some(ADMIN_TOKEN.into()),
+    };
+    load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
+    mesh.settle(Duration::from_secs(1200)).await?;
+    let mut uncached_config = mesh.relation_config();
+    uncached_config.cache.url = String::new();
+    uncached_config.kafka.relay_enabled = false;
+    let uncached = spawn_relation(uncached_config).await?;
+
+    let cache = cache_settings(&mesh.topics.relation);
+    let keys = Keys::new(cache.key_prefix.clone());
+    let mut cache_conn = redis_conn(&cache.url).await?;
+    let users = sample(&by_followings, a.reads, 1);
+    let others: Vec<Vec<i64>> = {
+        let mut rng = StdRng::seed_from_u64(2);
+        let all: Vec<i64> = by_followings.iter().map(|(u, _)| *u).collect();
+        users.iter().map(|_| (0..100).map(|_| all[rng.random_range(0..all.len())]).collect()).collect()
+    };
+    let client = RelationServiceClient::new(mesh.relation.channel().await?);
+    let plain = RelationServiceClient::new(uncached.channel().await?);
+    let page = |c: &RelationServiceClient<Channel>, user: i64| {
+        let mut c = c.clone();
+        async move {
+            c.list_following(ListFollowingRequest { user_id: user, page_size: 50, page_token: String::new() }).await?;
+            anyhow::Ok(())
+        }
+    };
+    let batch = |c: &RelationServiceClient<Channel>, user: i64, others: Vec<i64>| {
+        let mut c = c.clone();
+        async move {
+            c.batch_get_relationships(BatchGetRelationshipsRequest { user_id: user, other_user_ids: others }).await?;
+            anyhow::Ok(())
+        }
+    };
+
+    progress(&format!("{} following pages and BatchGetRelationships(100): warm-up, warm, cold, off", a.reads));
+    let before = mesh.relation.metrics().await?;
+    for u in &users {
+        page(&client, *u).await?;
+    }
+    let page_warm = timed(a.reads, none, |i| page(&client, users[i])).await?;
+    let batch_warm = timed(a.reads, none, |i| batch(&client, users[i], others[i].clone())).await?;
+    let after = mesh.relation.metrics().await?;
+    let evict = |i: usize| {
+        let (mut conn, k) = (cache_conn.clone(), [keys.following(users[i]), keys.following_versions(users[i])]);
+        async move {
+            let _: i64 = redis::AsyncCommands::del(&mut conn, &k).await?;
+            anyhow::Ok(())
+        }
+    };
+    let page_cold = timed(a.reads, evict, |i| page(&client, users[i])).await?;
+    let batch_cold = timed(a.reads, evict, |i| batch(&client, users[i], others[i].clone())).await?;
+    let page_off = timed(a.reads, none, |i| page(&plain, users[i])).await?;
+    let batch_off = timed(a.reads, none, |i| batch(&plain, users[i], others[i].clone())).await?;
+    for u in &users {
+        page(&client, *u).await?;
+    }
+
+    progress("the same reads raw: ZREVRANGE / ZMSCORE on the cached sets, and PostgreSQL");
+    let raw_page_redis = timed(a.reads, none, |i| {
+        let (mut conn, key) = (cache_conn.clone(), keys.following(users[i]));
+        async move {
+            let _: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE").arg(key).arg(0).arg(50).arg("WITHSCORES").query_async(&mut conn).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    let raw_batch_redis = timed(a.reads, none, |i| {
+        let (mut conn, key) = (cache_conn.clone(), keys.following(users[i]));
+        let members: Vec<Vec<u8>> = others[i].iter().map(|o| o.to_be_bytes().to_vec()).collect();
+        async move {
+            let _: Vec<Option<f64>> = redis::cmd("ZMSCORE").arg(key).arg(members).query_async(&mut conn).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    let pool = mesh.db.conn.get_postgres_connection_pool().clone();
+    let raw_page_pg = timed(a.reads, none, |i| {
+        let (pool, user) = (pool.clone(), users[i]);
+        async move {
+            sea_orm::sqlx::query(
+                "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND state = 1 \
+                 ORDER BY followed_at_ms DESC, followee_id DESC LIMIT 51",
+            )
+            .bind(user)
+            .fetch_all(&pool)
+            .await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    let raw_batch_pg = timed(a.reads, none, |i| {
+        let (pool, user, o) = (pool.clone(), users[i], others[i].clone());
+        async move {
+            sea_orm::sqlx::query("SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND followee_id = ANY($2) AND state = 1")
+                .bind(user)
+                .bind(o)
+                .fetch_all(&pool)
+                .await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    let _: () = redis::cmd("PING").query_async(&mut cache_conn).await?;
+
+    let count = |text: &str, result: &str| {
+        ["ListFollowing", "BatchGetRelationships"]
+            .iter()
+            .map(|rpc| metric(text, &format!("sg_cache_requests_total{{cache=\"following\",result=\"{result}\",rpc=\"{rpc}\"}}")))
+            .sum::<f64>()
+    };
+    let (hits, misses, fallbacks) = (
+        count(&after, "hit") - count(&before, "hit"),
+        count(&after, "miss") - count(&before, "miss"),
+        count(&after, "fallback") - count(&before, "fallback"),
+    );
+    let warm_reads = (2 * a.reads) as f64;
+    let hit_ratio = hits / (hits + misses + fallbacks).max(1.0);
+    let db_per_1000 = (misses + fallbacks) / warm_reads * 1000.0;
+    uncached.stop().await?;
+    mesh.stop().await?;
+
+    let p = |h: &Hist| (ms(h, 0.5), ms(h, 0.99));
+    let rows = [
+        ("following page (50), warm", p(&page_warm), p(&raw_page_redis)),
+        ("following page (50), cold (every call fills)", p(&page_cold), p(&raw_page_pg)),
+        ("following page (50), cache off", p(&page_off), p(&raw_page_pg)),
+        ("BatchGetRelationships(100), warm", p(&batch_warm), p(&raw_batch_redis)),
+        ("BatchGetRelationships(100), cold", p(&batch_cold), p(&raw_batch_pg)),
+        ("BatchGetRelationships(100), cache off", p(&batch_off), p(&raw_batch_pg)),
+    ];
+    let mut table = Vec::new();
+    for (what, (s50, s99), (r50, r99)) in &rows {
+        table.push(row(format!("{what} p50"), *s50, *r50, "ms"));
+        table.push(row(format!("{what} p99"), *s99, *r99, "ms"));
+    }
+    print_table(
+        &format!(
+            "following-list cache: {} ({} edges), {} reads per row, one client",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            graph.edges.len(),
+            a.reads
+        ),
+        "socialgraph (gRPC)",
+        "raw",
+        &table,
+        &[
+            "raw = warm rows: ZREVRANGE 0 50 WITHSCORES / ZMSCORE of the 100 ids on the same cached sorted set (redis-rs, one connection); \
+             cold and off rows: the same query on PostgreSQL (sqlx: ORDER BY followed_at_ms DESC, followee_id DESC LIMIT 51 / \
+             followee_id = ANY($2))"
+                .into(),
+            "half the reads are of the 200 accounts that follow the most, half of random accounts; the relationship batches ask 100 random accounts"
+                .into(),
+            format!(
+                "after warm-up: hit ratio {:.1} % of {} cache reads; {:.1} database queries per 1,000 warm reads (misses and fallbacks)",
+                hit_ratio * 100.0,
+                hits + misses + fallbacks,
+                db_per_1000
+            ),
+        ],
+    );
+    summarize("following page, warm cache: p99 (vs raw ZREVRANGE)", ms(&page_warm, 0.99), ms(&raw_page_redis, 0.99), "ms", "<= 3x raw Redis");
+    summarize("BatchGetRelationships(100), warm: p99 (vs raw ZMSCORE)", ms(&batch_warm, 0.99), ms(&raw_batch_redis, 0.99), "ms", "<= 3x raw Redis");
+    summarize("following page, cold cache: p99 (vs raw PostgreSQL)", ms(&page_cold, 0.99), ms(&raw_page_pg, 0.99), "ms", "<= 2x raw PostgreSQL");
+    summarize("cache hit ratio after warm-up", hit_ratio * 100.0, 0.0, "%", ">= 95 %");
+    Ok(())
+}
