@@ -141,3 +141,17 @@ async fn pages_follow_the_database_order_through_ties_and_removals() -> anyhow::
     assert_eq!(cache.count(USER).await?, Some(want.len() as i64 - removed as i64));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_list_marked_too_long_is_neither_filled_nor_applied_to() -> anyhow::Result<()> {
+    let (cache, keys) = fresh().await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    cache.apply(&[(USER, edge(1, 1, true, 100))]).await?;
+    cache.mark_too_long(USER).await?;
+    assert!(!cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100)]).await?, "the fill under way is void");
+    assert_eq!(cache.begin_fill(USER).await?, None, "no new fill");
+    assert_eq!(cache.apply(&[(USER, edge(2, 1, true, 200))]).await?, 0, "events skip it");
+    assert_eq!(list(&cache).await?, None);
+    assert!(!exists(&keys.following(USER)).await?, "no entries are kept");
+    Ok(())
+}

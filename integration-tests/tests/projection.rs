@@ -34,7 +34,7 @@ async fn assert_projection_equals_source(db: &TestDb) -> anyhow::Result<()> {
 
 async fn converges_and_replays_to_the_same_table(backend: Backend) -> anyhow::Result<()> {
     let (db, relation, projection, topic) = mesh(backend).await?;
-    random_workload(relation.addr, 20_000, 500, 3).await?;
+    random_workload(relation.addr, 10_000, 400, 3).await?;
     outbox_drained(&db, CATCH_UP).await?;
     projection_caught_up(&projection, &kafka::brokers(), &topic, CATCH_UP).await?;
     assert_projection_equals_source(&db).await?;

@@ -35,6 +35,22 @@ async fn follows_with_redis_down(mode: OnRedisError) -> anyhow::Result<()> {
             assert_eq!(bypassed, 0.0);
         }
     }
+    // Redis back on the same port: the pool's connection reconnects by itself, and follows are
+    // rate-limited again (a follow goes through without being counted as bypassed).
+    let port = redis.port;
+    let _redis = process::redis(port).await?;
+    let mut next = 100;
+    socialgraph_testkit::eventually(std::time::Duration::from_secs(15), "the rate limiter to answer again", || {
+        next += 1;
+        let (mut c, svc, followee) = (c.clone(), &svc, next);
+        async move {
+            let before = metric(&svc.metrics().await?, "sg_rate_limit_bypassed_total");
+            let ok = c.follow(FollowRequest { follower_id: 1, followee_id: followee }).await.is_ok();
+            let after = metric(&svc.metrics().await?, "sg_rate_limit_bypassed_total");
+            Ok((ok && after == before).then_some(()))
+        }
+    })
+    .await?;
     svc.stop().await?;
     db.drop_db().await
 }

@@ -63,9 +63,10 @@ end
 ";
 
 /// APPLY: ARGV = (member, signed version, score)*; merges into a list that is cached or being
-/// filled; returns the entries changed (0 when the list is not cached).
+/// filled; returns the entries changed (0 when the list is not cached or too long to cache).
 const APPLY: &str = r"
-if not redis.call('HGET', KEYS[2], '_s') then return 0 end
+local s = redis.call('HGET', KEYS[2], '_s')
+if not s or s == 'x' then return 0 end
 if not consistent() then return 0 end
 local changed = 0
 for i = 1, #ARGV, 3 do
@@ -74,10 +75,12 @@ end
 return changed
 ";
 
-/// FILL_BEGIN: ARGV = nonce, ttl (s). Returns 'c' when the list is already complete, else
-/// starts (or takes over) a fill under `nonce` and returns 'f'.
+/// FILL_BEGIN: ARGV = nonce, ttl (s). Returns 'c' when the list is already complete, 'x' when
+/// it is known to be too long to cache, else starts (or takes over) a fill under `nonce` and
+/// returns 'f'.
 const FILL_BEGIN: &str = r"
 local s = redis.call('HGET', KEYS[2], '_s')
+if s == 'x' then return 'x' end
 if s and not consistent() then s = false end
 if s == 'c' then return 'c' end
 if not s then
@@ -100,6 +103,15 @@ end
 redis.call('HSET', KEYS[2], '_s', 'c')
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+";
+
+/// TOO_LONG: ARGV = ttl (s). Remembers for `ttl` that the list is too long to cache (state
+/// `x`, no entries), so reads go to the database without trying to fill it.
+const TOO_LONG: &str = r"
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], '_s', 'x')
+redis.call('EXPIRE', KEYS[2], ARGV[1])
 return 1
 ";
 
@@ -164,7 +176,7 @@ pub struct FollowingCache {
     keys: Keys,
     ttl: Duration,
     timeout: Duration,
-    scripts: std::sync::Arc<[Script; 6]>,
+    scripts: std::sync::Arc<[Script; 7]>,
 }
 
 /// The 8-byte member of a followee (big-endian, so byte order is numeric order for ids > 0).
@@ -181,7 +193,7 @@ impl FollowingCache {
     /// cache Redis may evict it earlier); each call waits at most `timeout`.
     pub fn new(pool: Pool, keys: Keys, ttl: Duration, timeout: Duration) -> Self {
         let s = |body: &str| Script::new(&format!("{LUA_COMMON}{body}"));
-        let scripts = [s(APPLY), s(FILL_BEGIN), s(FILL_COMMIT), s(PAGE), s(SCORES), s(COUNT)];
+        let scripts = [s(APPLY), s(FILL_BEGIN), s(FILL_COMMIT), s(PAGE), s(SCORES), s(COUNT), s(TOO_LONG)];
         Self { pool, keys, ttl, timeout, scripts: std::sync::Arc::new(scripts) }
     }
 
@@ -243,8 +255,9 @@ impl FollowingCache {
         Ok((n >= 0).then_some(n))
     }
 
-    /// Starts filling `user_id`'s list: `None` when it is already complete, else the fill's
-    /// nonce, to pass to [`Self::commit_fill`] with the database read made **after** this call.
+    /// Starts filling `user_id`'s list: `None` when it is already complete or known to be too
+    /// long to cache, else the fill's nonce, to pass to [`Self::commit_fill`] with the database
+    /// read made **after** this call.
     ///
     /// # Errors
     /// Redis unreachable, slow or failing.
@@ -253,7 +266,18 @@ impl FollowingCache {
         let mut inv = self.invocation(1, user_id);
         inv.arg(&nonce).arg(self.ttl.as_secs().max(1));
         let state: String = self.run(inv).await?;
-        Ok((state != "c").then_some(nonce))
+        Ok((state == "f").then_some(nonce))
+    }
+
+    /// Remembers for the cache's TTL that `user_id`'s list is too long to cache: reads then go
+    /// to the database without a fill, and events skip it.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn mark_too_long(&self, user_id: i64) -> Result<(), CacheError> {
+        let mut inv = self.invocation(6, user_id);
+        inv.arg(self.ttl.as_secs().max(1));
+        self.run::<i64>(inv).await.map(|_| ())
     }
 
     /// Ends the fill `nonce` of `user_id` with `edges`, the followed edges read from the

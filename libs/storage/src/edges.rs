@@ -295,6 +295,25 @@ pub async fn count<C: ConnectionTrait>(conn: &C, table: EdgeTable, col: Col, use
     }
 }
 
+/// The `following` rows between `user_id` and each of `peers`, in one direction: with
+/// `outgoing` the edges user → peer, else peer → user. One `IN` list on top of the user's id,
+/// so the primary key (outgoing) or the followee index (incoming) answers it.
+///
+/// # Errors
+/// Database failure.
+pub async fn between<C: ConnectionTrait>(conn: &C, user_id: i64, peers: &[i64], outgoing: bool) -> Result<Vec<Edge>, DbErr> {
+    let (owner, peer) = if outgoing { (Col::FollowerId, Col::FolloweeId) } else { (Col::FolloweeId, Col::FollowerId) };
+    let mut out = Vec::with_capacity(peers.len());
+    for chunk in peers.chunks(MAX_TUPLES_PER_QUERY) {
+        let mut q = select_edges(EdgeTable::Following);
+        q.and_where(Expr::col(owner).eq(user_id)).and_where(Expr::col(peer).is_in(chunk.iter().copied()));
+        for row in conn.query_all(&q).await? {
+            out.push(edge_from_row(&row)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Every followed edge of `follower_id` (any order) with its version, at most `limit`: what
 /// a following-list cache is filled from. More than `limit` rows means "too long to cache".
 ///

@@ -9,11 +9,16 @@
 //! stream (projection-svc) keeps cached lists in step with every change, whoever made it; the
 //! write-through only makes the actor's change visible before the event arrives.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use prometheus::{IntCounterVec, Opts, Registry};
+use sea_orm::DatabaseConnection;
 use socialgraph_cache::following::{CachedEdge, FollowingCache};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
+use tokio::sync::Semaphore;
 
 use crate::service::Relations;
 
@@ -22,7 +27,7 @@ use crate::service::Relations;
 pub struct CacheMetrics {
     /// Reads by `rpc` and `result` (hit, miss, fallback).
     pub requests: IntCounterVec,
-    /// Fills by `result` (cached, raced, too_long).
+    /// Fills by `result` (cached, raced, too_long, skipped, failed).
     pub fills: IntCounterVec,
     /// Write-throughs by `result` (ok, failed).
     pub writes: IntCounterVec,
@@ -54,6 +59,10 @@ impl CacheMetrics {
     }
 }
 
+/// Background fills running at once per instance: a burst of misses (a flushed cache) costs
+/// the database at most this many list reads at a time.
+pub const FILL_SLOTS: usize = 8;
+
 /// The cache and its metrics, as relation-svc holds them.
 #[derive(Clone)]
 pub struct Caches {
@@ -63,6 +72,17 @@ pub struct Caches {
     pub following_max: i64,
     /// Metrics.
     pub metrics: CacheMetrics,
+    /// Permits of background fills ([`FILL_SLOTS`]).
+    pub fill_slots: Arc<Semaphore>,
+    /// Users whose fill runs in this instance.
+    pub filling: Arc<std::sync::Mutex<HashSet<i64>>>,
+}
+
+impl Caches {
+    /// The cache over `following` with its limits and metrics.
+    pub fn new(following: FollowingCache, following_max: i64, metrics: CacheMetrics) -> Self {
+        Self { following, following_max, metrics, fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)), filling: Arc::default() }
+    }
 }
 
 /// What a cache read found.
@@ -75,11 +95,6 @@ enum Looked<T> {
 /// The cache's form of a `following` edge.
 pub(crate) fn cached_edge(e: &Edge) -> CachedEdge {
     CachedEdge { followee_id: e.followee_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
-}
-
-/// The list order: followed_at desc, then peer id desc.
-fn list_order(a: &ListEntry, b: &ListEntry) -> std::cmp::Ordering {
-    (b.followed_at_ms, b.user_id).cmp(&(a.followed_at_ms, a.user_id))
 }
 
 impl Caches {
@@ -108,70 +123,57 @@ impl Caches {
 
 impl Relations {
     /// Up to `limit` entries of `user_id`'s following list after `after`, in list order: from
-    /// the cache, or from a fill on a miss, or from the database.
+    /// the cache, else from the database (a miss also starts a fill in the background).
     ///
     /// # Errors
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn following_entries(&self, user_id: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Vec<ListEntry>> {
-        let db_page = || async { edges::list(&self.db, EdgeTable::Following, user_id, after, limit).await.map_err(db_error) };
-        let Some(c) = &self.caches else { return db_page().await };
-        let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
-        match c.looked("ListFollowing", c.following.page(user_id, cursor, limit).await) {
-            Looked::Hit(v) => return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()),
-            Looked::Fallback => return db_page().await,
-            Looked::Miss => {}
+        if let Some(c) = &self.caches {
+            let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
+            match c.looked("ListFollowing", c.following.page(user_id, cursor, limit).await) {
+                Looked::Hit(v) => return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()),
+                Looked::Miss => self.spawn_fill(c, user_id),
+                Looked::Fallback => {}
+            }
         }
-        let Some(rows) = self.fill_following(c, user_id).await? else { return db_page().await };
-        let mut entries: Vec<ListEntry> = rows
-            .iter()
-            .map(|e| ListEntry { user_id: e.followee_id, followed_at_ms: e.followed_at_ms })
-            .filter(|e| after.is_none_or(|a| is_after(e, a)))
-            .collect();
-        entries.sort_by(list_order);
-        entries.truncate(limit);
-        Ok(entries)
+        edges::list(&self.db, EdgeTable::Following, user_id, after, limit).await.map_err(db_error)
     }
 
-    /// followed_at of `user_id`'s edge to each of `others` (input order), from the cache or a
-    /// fill; `None` when the caller must read the database.
-    ///
-    /// # Errors
-    /// UNAVAILABLE when the database fails during a fill.
-    pub(crate) async fn cached_following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Option<Vec<Option<i64>>>> {
-        let Some(c) = &self.caches else { return Ok(None) };
+    /// followed_at of `user_id`'s edge to each of `others` (input order) from the cache; `None`
+    /// when the caller must read the database (a miss also starts a fill in the background).
+    pub(crate) async fn cached_following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
+        let c = self.caches.as_ref()?;
         match c.looked(rpc, c.following.scores(user_id, others).await) {
-            Looked::Hit(v) => return Ok(Some(v)),
-            Looked::Fallback => return Ok(None),
-            Looked::Miss => {}
+            Looked::Hit(v) => Some(v),
+            Looked::Miss => {
+                self.spawn_fill(c, user_id);
+                None
+            }
+            Looked::Fallback => None,
         }
-        let Some(rows) = self.fill_following(c, user_id).await? else { return Ok(None) };
-        let at: std::collections::HashMap<i64, i64> = rows.iter().map(|e| (e.followee_id, e.followed_at_ms)).collect();
-        Ok(Some(others.iter().map(|o| at.get(o).copied()).collect()))
     }
 
-    /// Fills `user_id`'s cached list: marker first, then the database read, then the merge
-    /// (see [`socialgraph_cache::following`] for why this order closes the fill race). Returns
-    /// the followed edges read, or `None` when the cache is unusable (down, or the list
-    /// completed meanwhile: the caller reads the database).
-    async fn fill_following(&self, c: &Caches, user_id: i64) -> ApiResult<Option<Vec<Edge>>> {
-        let nonce = match c.following.begin_fill(user_id).await {
-            Ok(Some(n)) => n,
-            Ok(None) | Err(_) => return Ok(None),
-        };
-        let max = usize::try_from(c.following_max).unwrap_or(0);
-        let rows = edges::followed_by_follower(&self.db, user_id, max + 1).await.map_err(db_error)?;
-        if rows.len() > max {
-            c.metrics.fills.with_label_values(&["following", "too_long"]).inc();
-            // Leave the marker to its TTL: the list is never marked complete.
-            return Ok(None);
+    /// Starts filling `user_id`'s cached list in the background, unless a fill of it is
+    /// already running here or [`FILL_SLOTS`] fills are (the read that missed was answered from
+    /// the database anyway; a later miss tries again).
+    fn spawn_fill(&self, c: &Caches, user_id: i64) {
+        let Ok(permit) = Arc::clone(&c.fill_slots).try_acquire_owned() else { return };
+        if !c.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(user_id) {
+            return;
         }
-        let cached: Vec<CachedEdge> = rows.iter().map(cached_edge).collect();
-        let result = match c.following.commit_fill(user_id, &nonce, &cached).await {
-            Ok(true) => "cached",
-            Ok(false) | Err(_) => "raced",
-        };
-        c.metrics.fills.with_label_values(&["following", result]).inc();
-        Ok(Some(rows))
+        let (c, db) = (c.clone(), self.db.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let result = match fill_following(&c, &db, user_id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(user_id, error = %e, "cache fill failed");
+                    "failed"
+                }
+            };
+            c.metrics.fills.with_label_values(&["following", result]).inc();
+            c.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&user_id);
+        });
     }
 
     /// Writes the caller's own edge changes (follower id, edge) into the cache
@@ -200,7 +202,18 @@ impl Relations {
     }
 }
 
-/// True when `e` comes strictly after cursor `a` in list order.
-fn is_after(e: &ListEntry, a: Cursor) -> bool {
-    (e.followed_at_ms, e.user_id) < (a.followed_at_ms, a.peer_id)
+/// Fills `user_id`'s cached list: marker first, then the database read, then the merge (see
+/// [`socialgraph_cache::following`] for why this order closes the fill race). Returns the
+/// result for `sg_cache_fills_total`.
+async fn fill_following(c: &Caches, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
+    let Some(nonce) = c.following.begin_fill(user_id).await? else { return Ok("skipped") };
+    let max = usize::try_from(c.following_max).unwrap_or(0);
+    let rows = edges::followed_by_follower(db, user_id, max + 1).await?;
+    if rows.len() > max {
+        // Never cached: later reads of it skip the fill until the mark expires.
+        c.following.mark_too_long(user_id).await?;
+        return Ok("too_long");
+    }
+    let cached: Vec<CachedEdge> = rows.iter().map(cached_edge).collect();
+    Ok(if c.following.commit_fill(user_id, &nonce, &cached).await? { "cached" } else { "raced" })
 }

@@ -70,7 +70,7 @@ pub fn build(
             let pool = socialgraph_cache::pool(&c.url, c.pool_size, timeout).context("cache.url")?;
             let keys = socialgraph_cache::keys::Keys::new(c.key_prefix.clone());
             let following = socialgraph_cache::following::FollowingCache::new(pool, keys, Duration::from_secs(c.ttl_secs), timeout);
-            Some(cache::Caches { following, following_max: c.following_max, metrics: cache::CacheMetrics::register(registry)? })
+            Some(cache::Caches::new(following, c.following_max, cache::CacheMetrics::register(registry)?))
         }
         _ => None,
     };

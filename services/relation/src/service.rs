@@ -372,16 +372,14 @@ impl Relations {
         }
         let following = |e: &Edge| e.state == EdgeState::Following;
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
-        let out: std::collections::HashMap<i64, Edge> = match self.cached_following_at(rpc, user_id, others).await? {
+        let out: std::collections::HashMap<i64, Edge> = match self.cached_following_at(rpc, user_id, others).await {
             Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms)))).collect(),
             None => {
-                let out_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
-                let outgoing = edges::get_many(&self.db, EdgeTable::Following, &out_pairs, false).await.map_err(db_error)?;
+                let outgoing = edges::between(&self.db, user_id, others, true).await.map_err(db_error)?;
                 outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect()
             }
         };
-        let in_pairs: Vec<(i64, i64)> = others.iter().map(|&o| (o, user_id)).collect();
-        let incoming = edges::get_many(&self.db, EdgeTable::Following, &in_pairs, false).await.map_err(db_error)?;
+        let incoming = edges::between(&self.db, user_id, others, false).await.map_err(db_error)?;
         let inc: std::collections::HashMap<i64, Edge> = incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
         Ok(others.iter().map(|o| (out.get(o).copied(), inc.get(o).copied())).collect())
     }
