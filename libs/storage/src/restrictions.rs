@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, DbErr};
 use socialgraph_domain::{Cursor, ListEntry};
 
 /// Which restriction table a call addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Restriction {
     /// `block(blocker_id, blocked_id, created_at_ms)`.
     Block,
@@ -41,6 +41,45 @@ impl Restriction {
 
 fn created() -> Alias {
     Alias::new("created_at_ms")
+}
+
+/// The restrictions between `user_id` and each of `others`, of every kind, in one query: the
+/// (kind, owner, target) rows of blocks both ways, mutes by the user and follow requests both
+/// ways. Each arm fixes one side to the user's id, so the primary keys answer it.
+///
+/// # Errors
+/// Database errors.
+pub async fn between<C: ConnectionTrait>(conn: &C, user_id: i64, others: &[i64]) -> Result<HashSet<(Restriction, i64, i64)>, DbErr> {
+    const KINDS: [Restriction; 3] = [Restriction::Block, Restriction::Mute, Restriction::Request];
+    let mut out = HashSet::new();
+    for chunk in others.chunks(crate::edges::MAX_TUPLES_PER_QUERY) {
+        let mut arms = Vec::new();
+        for (k, kind) in KINDS.iter().enumerate() {
+            let (o, t) = kind.cols();
+            let both_ways = *kind != Restriction::Mute;
+            for (mine, theirs) in [(o.clone(), t.clone()), (t.clone(), o.clone())].into_iter().take(if both_ways { 2 } else { 1 }) {
+                arms.push(
+                    Query::select()
+                        .expr(Expr::val(k as i32))
+                        .columns([o.clone(), t.clone()])
+                        .from(kind.table())
+                        .and_where(Expr::col(mine).eq(user_id))
+                        .and_where(Expr::col(theirs).is_in(chunk.iter().copied()))
+                        .to_owned(),
+                );
+            }
+        }
+        let mut arms = arms.into_iter();
+        let Some(mut q) = arms.next() else { continue };
+        for arm in arms {
+            q.union(sea_orm::sea_query::UnionType::All, arm);
+        }
+        for row in conn.query_all(&q).await? {
+            let k: i32 = row.try_get_by_index(0)?;
+            out.insert((KINDS[k as usize], row.try_get_by_index(1)?, row.try_get_by_index(2)?));
+        }
+    }
+    Ok(out)
 }
 
 /// True when `owner` restricts `target`; with `for_update` the row, if any, is locked until

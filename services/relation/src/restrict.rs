@@ -204,20 +204,16 @@ impl Relations {
     /// # Errors
     /// UNAVAILABLE.
     pub async fn restrictions_with(&self, user_id: i64, others: &[i64]) -> ApiResult<Vec<Flags>> {
-        let mut pairs: Vec<(i64, i64)> = others.iter().map(|&o| (user_id, o)).collect();
-        let outgoing = pairs.len();
-        pairs.extend(others.iter().map(|&o| (o, user_id)));
-        let blocks = restrictions::among(&self.db, Restriction::Block, &pairs).await.map_err(db_error)?;
-        let mutes = restrictions::among(&self.db, Restriction::Mute, &pairs[..outgoing]).await.map_err(db_error)?;
-        let requests = restrictions::among(&self.db, Restriction::Request, &pairs).await.map_err(db_error)?;
+        let found = restrictions::between(&self.db, user_id, others).await.map_err(db_error)?;
+        let has = |kind: Restriction, owner: i64, target: i64| found.contains(&(kind, owner, target));
         Ok(others
             .iter()
             .map(|&o| Flags {
-                blocking: blocks.contains(&(user_id, o)),
-                blocked_by: blocks.contains(&(o, user_id)),
-                muting: mutes.contains(&(user_id, o)),
-                requested: requests.contains(&(user_id, o)),
-                requested_by: requests.contains(&(o, user_id)),
+                blocking: has(Restriction::Block, user_id, o),
+                blocked_by: has(Restriction::Block, o, user_id),
+                muting: has(Restriction::Mute, user_id, o),
+                requested: has(Restriction::Request, user_id, o),
+                requested_by: has(Restriction::Request, o, user_id),
             })
             .collect())
     }
