@@ -396,3 +396,21 @@ async fn follow_rate_limit_trips_at_the_burst_with_retry_info() -> anyhow::Resul
     svc.stop().await?;
     db.drop_db().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_a_thousand_bad_ids_gets_a_short_invalid_argument() -> anyhow::Result<()> {
+    let (db, svc, _topic) = relation_on(Backend::Postgres, |_| {}).await?;
+    let mut client = svc.client().await?;
+    let e = client
+        .batch_get_relationships(BatchGetRelationshipsRequest { user_id: 1, other_user_ids: vec![i64::MIN; 1000] })
+        .await
+        .expect_err("every id is bad");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let violations = e.get_error_details().bad_request().map(|b| b.field_violations.len());
+    assert_eq!(violations, Some(10), "at most ten violations are listed");
+    assert!(e.message().ends_with("and 990 more"), "the message counts the rest: {}", e.message());
+    // Trailers of common clients are limited to 16 KiB (grpc-core's default).
+    assert!(e.message().len() + e.details().len() < 4096, "{} + {} bytes", e.message().len(), e.details().len());
+    svc.stop().await?;
+    db.drop_db().await
+}

@@ -46,7 +46,9 @@ impl ConsistencyToken {
         }
         let mut num = || parts.next().and_then(|p| p.parse::<i64>().ok()).filter(|n| *n > 0).ok_or_else(bad);
         let token = Self { follower_id: num()?, followee_id: num()?, version: num()? };
-        if parts.next().is_some() {
+        // Only the canonical spelling a write produced (no signs, no leading zeros), and never a
+        // self-edge, which no write can make.
+        if parts.next().is_some() || token.encode() != text || token.follower_id == token.followee_id {
             return Err(bad());
         }
         Ok(Some(token))
@@ -62,7 +64,8 @@ mod tests {
         let t = ConsistencyToken { follower_id: 7, followee_id: 1 << 40, version: 3 };
         assert_eq!(ConsistencyToken::decode("t", &t.encode()), Ok(Some(t)));
         assert_eq!(ConsistencyToken::decode("t", ""), Ok(None));
-        for bad in ["x", "djEuMS4y", "djIuMS4yLjM", "djEuMS4yLjMuNA", "djEuLTEuMi4z", "!!"] {
+        // x, v1.1.2, v2.1.2.3, v1.1.2.3.4, v1.-1.2.3, !!, v1.5.5.1 (self-edge), v1.+2.3.1, v1.02.3.1
+        for bad in ["x", "djEuMS4y", "djIuMS4yLjM", "djEuMS4yLjMuNA", "djEuLTEuMi4z", "!!", "djEuNS41LjE", "djEuKzIuMy4x", "djEuMDIuMy4x"] {
             assert!(ConsistencyToken::decode("t", bad).is_err(), "{bad} is refused");
         }
     }

@@ -18,7 +18,39 @@ pub fn load_config<T: Serialize + DeserializeOwned + Default>(file: Option<&Path
     }
     // SG_CONFIG names the file, SG_LOG_FORMAT the log format and SG_TRACE_FILTER the span
     // filter: none is a config key.
-    fig.merge(Env::prefixed("SG_").split("__").ignore(&["log_format", "config", "trace_filter"])).extract().map_err(Box::new)
+    let config: T = fig.merge(Env::prefixed("SG_").split("__").ignore(&["log_format", "config", "trace_filter"])).extract().map_err(Box::new)?;
+    let value = figment::value::Value::serialize(&config).map_err(Box::new)?;
+    check_positive(&value, "").map_err(|e| Box::new(figment::Error::from(e)))?;
+    Ok(config)
+}
+
+/// Keys that size a pool, a timeout, a limit or a batch: 0 would make a pool or a timer panic,
+/// or refuse every request, so it is refused at start-up with the key's name.
+const POSITIVE_KEYS: &[&str] = &[
+    "pool_size",
+    "timeout_ms",
+    "max_connections",
+    "request_timeout_ms",
+    "concurrency_limit",
+    "concurrency_limit_per_connection",
+    "ttl_secs",
+    "import_batch_size",
+    "relay_batch_size",
+    "partitions",
+    "request_deadline_ms",
+];
+
+/// Refuses 0 for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`: where it is).
+fn check_positive(value: &figment::value::Value, path: &str) -> Result<(), String> {
+    let figment::value::Value::Dict(_, dict) = value else { return Ok(()) };
+    for (key, v) in dict {
+        let at = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+        if POSITIVE_KEYS.contains(&key.as_str()) && v.to_u128() == Some(0) {
+            return Err(format!("{at} must be at least 1, got 0"));
+        }
+        check_positive(v, &at)?;
+    }
+    Ok(())
 }
 
 /// The `[server]` section every service has.
@@ -202,4 +234,32 @@ pub struct AuthSettings {
     /// counter-svc has no paged RPC and ignores it.
     #[serde(skip_serializing)]
     pub page_token_secret: Option<secrecy::SecretString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_pool_timeout_or_limit_is_refused_naming_its_key() {
+        #[derive(Serialize)]
+        struct Svc {
+            server: ServerSettings,
+            cache: CacheSettings,
+            redis: RedisSettings,
+        }
+        let ok = Svc { server: ServerSettings::with_ports(1, 2), cache: CacheSettings::default(), redis: RedisSettings::default() };
+        let check = |s: &Svc| check_positive(&figment::value::Value::serialize(s).expect("serializable"), "");
+        assert_eq!(check(&ok), Ok(()));
+        let zero_pool = Svc { cache: CacheSettings { pool_size: 0, ..CacheSettings::default() }, ..ok };
+        assert_eq!(check(&zero_pool), Err("cache.pool_size must be at least 1, got 0".to_owned()));
+        let zero_timeout = Svc { server: ServerSettings { request_timeout_ms: 0, ..ServerSettings::with_ports(1, 2) }, ..zero_pool };
+        assert!(check(&zero_timeout).is_err_and(|e| e.contains("request_timeout_ms") || e.contains("pool_size")));
+        let zero_redis = Svc {
+            server: ServerSettings::with_ports(1, 2),
+            cache: CacheSettings::default(),
+            redis: RedisSettings { timeout_ms: 0, ..RedisSettings::default() },
+        };
+        assert_eq!(check(&zero_redis), Err("redis.timeout_ms must be at least 1, got 0".to_owned()));
+    }
 }

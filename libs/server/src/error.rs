@@ -90,8 +90,16 @@ pub enum ApiError {
     Internal(Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// Most field violations one error reports (message and BadRequest details alike): a batch of
+/// 1,000 bad ids would otherwise make trailers larger than common clients accept (16 KiB).
+pub const MAX_REPORTED_VIOLATIONS: usize = 10;
+
 fn describe(v: &[Violation]) -> String {
-    v.iter().map(|v| format!("{}: {}", v.field, v.description)).collect::<Vec<_>>().join("; ")
+    let shown = v.iter().take(MAX_REPORTED_VIOLATIONS).map(|v| format!("{}: {}", v.field, v.description)).collect::<Vec<_>>().join("; ");
+    match v.len().saturating_sub(MAX_REPORTED_VIOLATIONS) {
+        0 => shown,
+        more => format!("{shown}; and {more} more"),
+    }
 }
 
 impl ApiError {
@@ -135,7 +143,7 @@ impl From<ApiError> for Status {
         let mut d = ErrorDetails::new();
         let code = match e {
             ApiError::InvalidArgument { reason, violations } => {
-                for v in violations {
+                for v in violations.into_iter().take(MAX_REPORTED_VIOLATIONS) {
                     d.add_bad_request_violation(v.field, v.description);
                 }
                 d.set_error_info(reason, DOMAIN, HashMap::new());

@@ -443,11 +443,13 @@ fn unblocked(row: Option<(Edge, bool)>) -> ApiResult<Option<Edge>> {
     }
 }
 
-/// FAILED_PRECONDITION FOLLOWING_LIMIT: the follower already follows `count` ≥ `cap` accounts.
+/// FAILED_PRECONDITION FOLLOWING_LIMIT: the follower already follows (or has requested) at least
+/// `count` ≥ `cap` accounts (the compare-and-set stops counting at the cap, so `count` is a
+/// lower bound).
 pub(crate) fn cap_reached(follower_id: i64, count: i64, cap: i64) -> ApiError {
     ApiError::FailedPrecondition {
         reason: "FOLLOWING_LIMIT",
-        message: format!("user {follower_id} already follows {count} accounts, the limit is {cap}"),
+        message: format!("user {follower_id} already follows or has requested at least {count} accounts, the limit is {cap}"),
         metadata: [("limit".to_owned(), cap.to_string())].into(),
     }
 }
