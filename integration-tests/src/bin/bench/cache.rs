@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_cache::keys::Keys;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
-use socialgraph_cli::{EdgeFileOptions, EdgeFormat, Endpoints, read_follow_file};
-use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh, cache_settings, metric, redis_conn, spawn_relation};
+use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
+use socialgraph_integration_tests::{Mesh, cache_settings, metric, redis_conn, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
 use tonic::transport::Channel;
@@ -69,12 +69,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
 
     progress(&format!("ImportFollows of {} edges into the mesh", graph.edges.len()));
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
-    let endpoints = Endpoints {
-        relation: format!("http://{}", mesh.relation.addr),
-        projection: format!("http://{}", mesh.projection.addr),
-        counter: format!("http://{}", mesh.counter.addr),
-        admin_token: Some(ADMIN_TOKEN.into()),
-    };
+    let endpoints = crate::import::endpoints(&mesh);
     load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     mesh.settle(Duration::from_secs(1200)).await?;
     let mut uncached_config = mesh.relation_config();

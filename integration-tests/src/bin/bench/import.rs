@@ -31,12 +31,7 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
 
     progress(&format!("ImportFollows of {edges} edges ({} users) into the mesh", graph.users.len()));
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
-    let endpoints = Endpoints {
-        relation: format!("http://{}", mesh.relation.addr),
-        projection: format!("http://{}", mesh.projection.addr),
-        counter: format!("http://{}", mesh.counter.addr),
-        admin_token: Some(ADMIN_TOKEN.into()),
-    };
+    let endpoints = endpoints(&mesh);
     let summary = load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     let end = Instant::now();
     progress("waiting for the outbox to empty and every consumer to reach lag 0");
@@ -83,6 +78,16 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
 
 /// COPY of the graph's edges into `following` and `follower` of a fresh test database;
 /// returns edges/s over both COPYs.
+/// The CLI's view of `mesh`, with the admin token.
+pub(crate) fn endpoints(mesh: &Mesh) -> Endpoints {
+    Endpoints {
+        relation: format!("http://{}", mesh.relation.addr),
+        projection: format!("http://{}", mesh.projection.addr),
+        counter: format!("http://{}", mesh.counter.addr),
+        admin_token: Some(ADMIN_TOKEN.into()),
+    }
+}
+
 async fn copy_baseline(graph: &FollowGraph) -> anyhow::Result<f64> {
     let db = TestDb::create(Backend::Postgres).await?;
     let mut text = String::with_capacity(graph.edges.len() * 40);
