@@ -169,6 +169,17 @@ pub struct CachedEdge {
     pub followed_at_ms: i64,
 }
 
+/// The cache's scripts, each with [`LUA_COMMON`] in front.
+struct Scripts {
+    apply: Script,
+    fill_begin: Script,
+    fill_commit: Script,
+    page: Script,
+    scores: Script,
+    count: Script,
+    too_long: Script,
+}
+
 /// The following-list cache of one cache Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct FollowingCache {
@@ -176,7 +187,7 @@ pub struct FollowingCache {
     keys: Keys,
     ttl: Duration,
     timeout: Duration,
-    scripts: std::sync::Arc<[Script; 7]>,
+    scripts: std::sync::Arc<Scripts>,
 }
 
 /// The 8-byte member of a followee (big-endian, so byte order is numeric order for ids > 0).
@@ -193,22 +204,27 @@ impl FollowingCache {
     /// cache Redis may evict it earlier); each call waits at most `timeout`.
     pub fn new(pool: Pool, keys: Keys, ttl: Duration, timeout: Duration) -> Self {
         let s = |body: &str| Script::new(&format!("{LUA_COMMON}{body}"));
-        let scripts = [s(APPLY), s(FILL_BEGIN), s(FILL_COMMIT), s(PAGE), s(SCORES), s(COUNT), s(TOO_LONG)];
+        let scripts = Scripts {
+            apply: s(APPLY),
+            fill_begin: s(FILL_BEGIN),
+            fill_commit: s(FILL_COMMIT),
+            page: s(PAGE),
+            scores: s(SCORES),
+            count: s(COUNT),
+            too_long: s(TOO_LONG),
+        };
         Self { pool, keys, ttl, timeout, scripts: std::sync::Arc::new(scripts) }
     }
 
-    fn invocation(&self, script: usize, user_id: i64) -> redis::ScriptInvocation<'_> {
-        let mut inv = self.scripts[script].prepare_invoke();
+    /// `script` with `user_id`'s two keys.
+    fn invocation<'a>(&self, script: &'a Script, user_id: i64) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
         inv.key(self.keys.following(user_id)).key(self.keys.following_versions(user_id));
         inv
     }
 
     async fn run<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, CacheError> {
-        let call = async {
-            let mut conn = crate::conn(&self.pool).await?;
-            Ok(inv.invoke_async::<T>(&mut conn).await?)
-        };
-        tokio::time::timeout(self.timeout, call).await.map_err(|_| CacheError::Timeout)?
+        crate::within(self.timeout, async { Ok(inv.invoke_async::<T>(&mut crate::conn(&self.pool).await?).await?) }).await
     }
 
     /// Up to `limit` entries (followee id, followed_at ms) of `user_id`'s following list in
@@ -218,7 +234,7 @@ impl FollowingCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn page(&self, user_id: i64, after: Option<(i64, i64)>, limit: usize) -> Result<Option<Vec<(i64, i64)>>, CacheError> {
-        let mut inv = self.invocation(3, user_id);
+        let mut inv = self.invocation(&self.scripts.page, user_id);
         match after {
             Some((ms, peer)) => inv.arg(ms).arg(member(peer).as_slice()),
             None => inv.arg("").arg(""),
@@ -238,7 +254,7 @@ impl FollowingCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn scores(&self, user_id: i64, others: &[i64]) -> Result<Option<Vec<Option<i64>>>, CacheError> {
-        let mut inv = self.invocation(4, user_id);
+        let mut inv = self.invocation(&self.scripts.scores, user_id);
         for o in others {
             inv.arg(member(*o).as_slice());
         }
@@ -251,7 +267,7 @@ impl FollowingCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn count(&self, user_id: i64) -> Result<Option<i64>, CacheError> {
-        let n: i64 = self.run(self.invocation(5, user_id)).await?;
+        let n: i64 = self.run(self.invocation(&self.scripts.count, user_id)).await?;
         Ok((n >= 0).then_some(n))
     }
 
@@ -263,7 +279,7 @@ impl FollowingCache {
     /// Redis unreachable, slow or failing.
     pub async fn begin_fill(&self, user_id: i64) -> Result<Option<String>, CacheError> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
-        let mut inv = self.invocation(1, user_id);
+        let mut inv = self.invocation(&self.scripts.fill_begin, user_id);
         inv.arg(&nonce).arg(self.ttl.as_secs().max(1));
         let state: String = self.run(inv).await?;
         Ok((state == "f").then_some(nonce))
@@ -275,7 +291,7 @@ impl FollowingCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn mark_too_long(&self, user_id: i64) -> Result<(), CacheError> {
-        let mut inv = self.invocation(6, user_id);
+        let mut inv = self.invocation(&self.scripts.too_long, user_id);
         inv.arg(self.ttl.as_secs().max(1));
         self.run::<i64>(inv).await.map(|_| ())
     }
@@ -287,7 +303,7 @@ impl FollowingCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn commit_fill(&self, user_id: i64, nonce: &str, edges: &[CachedEdge]) -> Result<bool, CacheError> {
-        let mut inv = self.invocation(2, user_id);
+        let mut inv = self.invocation(&self.scripts.fill_commit, user_id);
         inv.arg(nonce).arg(self.ttl.as_secs().max(1));
         push_edges(&mut inv, edges);
         let done: i64 = self.run(inv).await?;
@@ -311,22 +327,12 @@ impl FollowingCache {
         }
         let mut pipe = redis::pipe();
         for (user, edges) in &by_user {
-            let mut inv = self.invocation(0, *user);
+            let mut inv = self.invocation(&self.scripts.apply, *user);
             push_edges(&mut inv, edges);
             pipe.invoke_script(&inv);
         }
-        let call = async {
-            let mut conn = crate::conn(&self.pool).await?;
-            let counts: Vec<u64> = match pipe.query_async(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    self.scripts[0].prepare_invoke().load_async(&mut conn).await?;
-                    pipe.query_async(&mut conn).await?
-                }
-                other => other?,
-            };
-            Ok(counts.iter().sum())
-        };
-        tokio::time::timeout(self.timeout, call).await.map_err(|_| CacheError::Timeout)?
+        let counts: Vec<u64> = crate::query_pipeline(&self.pool, self.timeout, &pipe, &[&self.scripts.apply]).await?;
+        Ok(counts.iter().sum())
     }
 
     /// Drops the cached lists of `users` (their next read fills them from the database).
@@ -341,11 +347,7 @@ impl FollowingCache {
         for u in users {
             pipe.del(&[self.keys.following(*u), self.keys.following_versions(*u)]).ignore();
         }
-        let call = async {
-            let mut conn = crate::conn(&self.pool).await?;
-            Ok(pipe.query_async::<()>(&mut conn).await?)
-        };
-        tokio::time::timeout(self.timeout, call).await.map_err(|_| CacheError::Timeout)?
+        crate::query_pipeline(&self.pool, self.timeout, &pipe, &[]).await
     }
 }
 

@@ -84,6 +84,41 @@ pub fn pool(url: &str, max_size: u32, timeout: Duration) -> Result<Pool, CacheEr
     Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).test_on_check_out(false).build_unchecked(manager))
 }
 
+/// Runs `call` (Redis work) for at most `timeout`.
+///
+/// # Errors
+/// [`CacheError::Timeout`] when it took longer; else whatever `call` returned.
+pub async fn within<T>(timeout: Duration, call: impl std::future::Future<Output = Result<T, CacheError>>) -> Result<T, CacheError> {
+    tokio::time::timeout(timeout, call).await.map_err(|_| CacheError::Timeout)?
+}
+
+/// Runs `pipe` on a connection of `pool` in one round trip, within `timeout`. When Redis lost
+/// its scripts (NOSCRIPT, after a restart or a flush of the script cache), loads `scripts` and
+/// runs the pipeline once more.
+///
+/// # Errors
+/// Unavailable, timed out, an error reply, or a reply that is not a `T`.
+pub async fn query_pipeline<T: redis::FromRedisValue>(
+    pool: &Pool,
+    timeout: Duration,
+    pipe: &redis::Pipeline,
+    scripts: &[&redis::Script],
+) -> Result<T, CacheError> {
+    within(timeout, async {
+        let mut conn = conn(pool).await?;
+        match pipe.query_async::<T>(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                for s in scripts {
+                    s.prepare_invoke().load_async(&mut conn).await?;
+                }
+                Ok(pipe.query_async::<T>(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
+    })
+    .await
+}
+
 /// A connection of `pool` for any number of commands. The connection is multiplexed, so it is
 /// cloned out and the pool slot returned at once: concurrent callers pipeline their commands on
 /// the same socket instead of queueing for an exclusive checkout.

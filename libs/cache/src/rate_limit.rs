@@ -65,11 +65,11 @@ impl TokenBucket {
     /// # Errors
     /// Redis is unreachable, slow, or failed; the caller decides to fail open or closed.
     pub async fn take(&self, key: &str) -> Result<Verdict, CacheError> {
-        let call = async {
+        crate::within(self.timeout, async {
             let mut conn = crate::conn(&self.pool).await?;
             let (allowed, retry_ms): (i64, i64) = self.script.key(key).arg(self.burst).arg(self.refill_per_day).invoke_async(&mut conn).await?;
             Ok(if allowed == 1 { Verdict::Allowed } else { Verdict::Limited { retry_after: Duration::from_millis(retry_ms.max(1) as u64) } })
-        };
-        tokio::time::timeout(self.timeout, call).await.map_err(|_| CacheError::Timeout)?
+        })
+        .await
     }
 }

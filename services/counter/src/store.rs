@@ -74,19 +74,8 @@ impl Store {
         if pipe.is_empty() {
             return Ok(Vec::new());
         }
-        let run = async {
-            let mut conn = socialgraph_cache::conn(&self.pool).await?;
-            match pipe.query_async::<Vec<Value>>(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    for s in self.scripts.all().into_iter().chain(self.entity_scripts.all()) {
-                        s.prepare_invoke().load_async(&mut conn).await?;
-                    }
-                    Ok(pipe.query_async::<Vec<Value>>(&mut conn).await?)
-                }
-                other => Ok(other?),
-            }
-        };
-        tokio::time::timeout(self.timeout, run).await.map_err(|_| CacheError::Timeout)?
+        let scripts: Vec<&redis::Script> = self.scripts.all().into_iter().chain(self.entity_scripts.all()).collect();
+        socialgraph_cache::query_pipeline(&self.pool, self.timeout, pipe, &scripts).await
     }
 
     /// The stored next offset of `consumer` on `topic`/`partition`.
