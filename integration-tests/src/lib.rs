@@ -230,6 +230,15 @@ pub async fn relation_on(backend: Backend, tweak: impl FnOnce(&mut RelationConfi
     Ok((db, svc, topic))
 }
 
+/// The sum of the samples of metric `name` whose line contains `label` (e.g.
+/// `result="hit"`) in a Prometheus text exposition.
+pub fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
+        .sum()
+}
+
 /// Adds `authorization: Bearer <ADMIN_TOKEN>` to a request.
 pub fn admin<T>(msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);

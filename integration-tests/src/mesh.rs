@@ -119,13 +119,29 @@ impl Mesh {
     /// # Errors
     /// A dependency is missing.
     pub async fn start_on(backend: Backend, redis_url: &str, brokers: &[String]) -> anyhow::Result<Self> {
+        Self::start_tuned(backend, redis_url, brokers, |_| {}).await
+    }
+
+    /// [`Self::start_on`] with the cache settings of relation-svc and projection-svc changed by
+    /// `tune` (the restart configurations below do not carry the change).
+    ///
+    /// # Errors
+    /// A dependency is missing.
+    pub async fn start_tuned(
+        backend: Backend,
+        redis_url: &str,
+        brokers: &[String],
+        tune: impl Fn(&mut socialgraph_server::CacheSettings),
+    ) -> anyhow::Result<Self> {
         let db = TestDb::create(backend).await?;
         let topics = Topics::fresh();
         let mut rc = relation_config(&db.url, &topics.relation);
         rc.kafka.brokers = brokers.to_vec();
+        tune(&mut rc.cache);
         let relation = spawn_relation(rc).await?;
         let mut pc = projection_config(&db.url, &topics.relation, relation.addr);
         pc.kafka.brokers = brokers.to_vec();
+        tune(&mut pc.cache);
         let projection = spawn_projection(pc).await?;
         let prefix = socialgraph_testkit::unique("c") + ":";
         let counter = spawn_counter(counter_config_on(redis_url, &prefix, &topics, projection.addr, brokers)).await?;
@@ -208,7 +224,9 @@ impl Mesh {
         let served = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
         assert_eq!(served, exact, "counters equal the exact counts of the following table");
         let cache = crate::cache_settings(&self.topics.relation);
-        crate::cache::assert_cached_following_exact(&self.db, &cache.url, &cache.key_prefix, users).await?;
+        for following in [true, false] {
+            crate::cache::assert_cached_exact(&self.db, &cache.url, &cache.key_prefix, following, users).await?;
+        }
         Ok(())
     }
 

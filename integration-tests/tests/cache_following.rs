@@ -11,8 +11,10 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use socialgraph_cache::keys::Keys;
-use socialgraph_integration_tests::cache::{assert_cached_following_exact, cached_following, following_lists};
+use socialgraph_integration_tests::cache::{assert_cached_exact, assert_cached_following_exact, cached_following, following_lists, table_lists};
 use socialgraph_integration_tests::*;
+use socialgraph_proto::projection::v1 as pp;
+use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::*;
 use socialgraph_testkit::{cache_redis_url, kafka, redis_url};
@@ -20,6 +22,8 @@ use tonic::transport::Channel;
 
 const USERS: i64 = 40;
 const DEADLINE: Duration = Duration::from_secs(120);
+/// Following-list and follower windows of the convergence test.
+const WINDOW: i64 = 6;
 
 /// Every page of `user`'s following list, as (followee, followed_at ms).
 async fn walk(client: &mut RelationServiceClient<Channel>, user: i64, page_size: i32) -> anyhow::Result<Vec<(i64, i64)>> {
@@ -27,6 +31,20 @@ async fn walk(client: &mut RelationServiceClient<Channel>, user: i64, page_size:
     loop {
         let r = client.list_following(ListFollowingRequest { user_id: user, page_size, page_token: token }).await?.into_inner();
         out.extend(r.following.iter().map(|e| (e.user_id, e.followed_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default())));
+        if r.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        token = r.next_page_token;
+    }
+}
+
+/// Every page of `user`'s followers, as (follower, followed_at ms).
+async fn walk_followers(client: &mut ProjectionServiceClient<Channel>, user: i64, page_size: i32) -> anyhow::Result<Vec<(i64, i64)>> {
+    let (mut out, mut token) = (Vec::new(), String::new());
+    loop {
+        let req = pp::ListFollowersRequest { user_id: user, page_size, page_token: token, ..Default::default() };
+        let r = client.list_followers(req).await?.into_inner();
+        out.extend(r.followers.iter().map(|e| (e.user_id, e.followed_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default())));
         if r.next_page_token.is_empty() {
             return Ok(out);
         }
@@ -64,6 +82,16 @@ async fn assert_served_exact(m: &Mesh) -> anyhow::Result<()> {
     let users: Vec<i64> = (1..=USERS).collect();
     let truth = following_lists(&m.db, &users).await?;
     let mut client = m.relation.client().await?;
+    let mut projection = m.projection.projection().await?;
+    for (user, list) in &table_lists(&m.db, false, &users).await? {
+        assert_eq!(&walk_followers(&mut projection, *user, 4).await?, list, "ListFollowers of {user}");
+        let req = pp::BatchCheckFollowersRequest { user_id: *user, candidate_ids: users.clone(), ..Default::default() };
+        let r = projection.batch_check_followers(req).await?.into_inner();
+        let got: Vec<i64> = r.results.iter().filter(|r| r.follows).map(|r| r.candidate_id).collect();
+        let mut want: Vec<i64> = list.iter().map(|(id, _)| *id).collect();
+        want.sort_unstable();
+        assert_eq!(got, want, "BatchCheckFollowers of {user}");
+    }
     for (user, list) in &truth {
         assert_eq!(&walk(&mut client, *user, 7).await?, list, "ListFollowing of {user}");
         let others: Vec<i64> = (1..=USERS).collect();
@@ -79,7 +107,14 @@ async fn assert_served_exact(m: &Mesh) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cached_lists_equal_the_table_after_writes_fills_evictions_flushes_replays_and_reordering() -> anyhow::Result<()> {
     let mut cache_conn = cache_up().await?;
-    let m = Mesh::start(&redis_url()).await?;
+    // Small windows, so that lists and follower windows are trimmed, shrink and pass pages to
+    // the database all through the workload.
+    let m = Mesh::start_tuned(socialgraph_testkit::Backend::Postgres, &redis_url(), &kafka::brokers(), |c| {
+        c.following_max = WINDOW;
+        c.followers_window = WINDOW;
+        c.deep_pages_per_sec = 100_000;
+    })
+    .await?;
     let cache = cache_settings(&m.topics.relation);
     let keys = Keys::new(cache.key_prefix.clone());
     let done = Arc::new(AtomicBool::new(false));
@@ -87,15 +122,19 @@ async fn cached_lists_equal_the_table_after_writes_fills_evictions_flushes_repla
     let writers = tokio::spawn(random_workload(m.relation.addr, 2_400, USERS, 7));
     let mut readers = Vec::new();
     for seed in 0..2u64 {
-        let (mut client, done) = (m.relation.client().await?, Arc::clone(&done));
+        let (mut client, mut projection, done) = (m.relation.client().await?, m.projection.projection().await?, Arc::clone(&done));
         readers.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut reads = 0u64;
             while !done.load(Ordering::Relaxed) {
                 let user = rng.random_range(1..=USERS);
                 walk(&mut client, user, 5).await?;
+                walk_followers(&mut projection, user, 5).await?;
                 let others: Vec<i64> = (0..10).map(|_| rng.random_range(1..=USERS)).collect();
-                client.batch_get_relationships(BatchGetRelationshipsRequest { user_id: user, other_user_ids: others }).await?;
+                client.batch_get_relationships(BatchGetRelationshipsRequest { user_id: user, other_user_ids: others.clone() }).await?;
+                projection
+                    .batch_check_followers(pp::BatchCheckFollowersRequest { user_id: user, candidate_ids: others, ..Default::default() })
+                    .await?;
                 reads += 1;
             }
             anyhow::Ok(reads)
@@ -111,7 +150,7 @@ async fn cached_lists_equal_the_table_after_writes_fills_evictions_flushes_repla
                     break;
                 }
                 let user = rng.random_range(1..=USERS);
-                let key = if rng.random_bool(0.5) { keys.following(user) } else { keys.following_versions(user) };
+                let key = keys.list(rng.random_bool(0.5), user)[rng.random_range(0..3)].clone();
                 let _: i64 = redis::AsyncCommands::del(&mut conn, key).await?;
                 evictions += 1;
                 if round % 300 == 299 {
@@ -155,6 +194,7 @@ async fn cached_lists_equal_the_table_after_writes_fills_evictions_flushes_repla
         "{} events replayed in reverse change no cached list",
         records.len()
     );
+    assert_cached_exact(&m.db, &cache.url, &cache.key_prefix, false, &users).await?;
 
     // A flush of the whole cache Redis costs fills, not answers.
     let _: () = redis::cmd("FLUSHALL").query_async(&mut cache_conn).await?;
@@ -205,13 +245,6 @@ async fn the_actor_reads_its_own_follows_and_unfollows_at_once_warm_and_cold() -
 }
 
 /// Sum of the samples of `name` whose labels contain `label`.
-fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lists_missed_while_projection_could_not_reach_the_cache_are_dropped_once_it_can() -> anyhow::Result<()> {
     cache_up().await?;
@@ -245,7 +278,7 @@ async fn lists_missed_while_projection_could_not_reach_the_cache_are_dropped_onc
     outbox_drained(&m.db, DEADLINE).await?;
     projection_caught_up(&m.projection, &m.brokers, &m.topics.relation, DEADLINE).await?;
     let stale = socialgraph_storage::stale::count(&m.db.conn).await?;
-    assert_eq!(stale, 5, "the five followers are marked stale in the offset's transaction");
+    assert_eq!(stale, 7, "the five followers and both followees are marked stale in the offset's transaction");
     assert_eq!(walk(&mut reader, 1, 100).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![50], "meanwhile the cached list is stale");
 
     // projection-svc reaches the cache again: the stale lists are dropped within a second or two.
@@ -295,18 +328,35 @@ async fn a_cache_redis_that_is_down_costs_speed_never_answers() -> anyhow::Resul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_list_longer_than_the_cache_takes_is_read_from_the_database_without_refilling() -> anyhow::Result<()> {
+async fn a_list_longer_than_the_window_serves_its_newest_entries_and_reads_the_rest_from_the_database() -> anyhow::Result<()> {
     cache_up().await?;
-    let (db, svc, _topic) = relation_on(socialgraph_testkit::Backend::Postgres, |c| c.cache.following_max = 3).await?;
+    let (db, svc, topic) = relation_on(socialgraph_testkit::Backend::Postgres, |c| c.cache.following_max = 3).await?;
     let mut client = svc.client().await?;
     for e in 2..=6 {
         client.follow(FollowRequest { follower_id: 1, followee_id: e }).await?;
     }
-    for _ in 0..3 {
+    assert_eq!(walk(&mut client, 1, 2).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![6, 5, 4, 3, 2]);
+    let cache = cache_settings(&topic);
+    let window = socialgraph_testkit::eventually(Duration::from_secs(10), "the window to be filled", || async {
+        socialgraph_integration_tests::cache::cached_list(&cache.url, &cache.key_prefix, true, 1).await
+    })
+    .await?;
+    assert_eq!(window.entries.iter().map(|e| e.0).collect::<Vec<_>>(), vec![6, 5, 4], "the newest three");
+    for _ in 0..2 {
         assert_eq!(walk(&mut client, 1, 2).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![6, 5, 4, 3, 2]);
     }
+    // Past the window: the database answers, and the edge is followed.
+    let r = client.batch_get_relationships(BatchGetRelationshipsRequest { user_id: 1, other_user_ids: vec![2, 6, 9] }).await?.into_inner();
+    assert_eq!(r.relationships.iter().map(|r| r.following).collect::<Vec<_>>(), vec![true, true, false]);
+    // A new follow pushes the oldest cached one out.
+    client.follow(FollowRequest { follower_id: 1, followee_id: 7 }).await?;
+    assert_eq!(walk(&mut client, 1, 2).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![7, 6, 5, 4, 3, 2]);
     let text = svc.metrics().await?;
-    assert_eq!(metric_sum(&text, "sg_cache_fills_total", "result=\"too_long\""), 1.0, "one fill found it too long; later reads skip the fill");
+    assert_eq!(metric_sum(&text, "sg_cache_fills_total", "result=\"cached\""), 1.0, "one fill; a window is never refilled");
+    // Three walks from the window: the first page of each is a hit, the two after it are past it.
+    assert_eq!(metric_sum(&text, "sg_cache_requests_total", "result=\"hit\",rpc=\"ListFollowing\""), 3.0, "first pages come from the window");
+    let past = metric_sum(&text, "sg_cache_requests_total", "result=\"past_window\",rpc=\"ListFollowing\"");
+    assert!(past >= 6.0, "later pages from the database ({past})");
     svc.stop().await?;
     db.drop_db().await
 }

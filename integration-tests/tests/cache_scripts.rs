@@ -4,28 +4,33 @@
 
 use std::time::Duration;
 
-use socialgraph_cache::following::{CachedEdge, FollowingCache};
 use socialgraph_cache::keys::Keys;
+use socialgraph_cache::lists::{CachedEdge, Direction, Limits, ListCache, Lookup, PageRead};
 use socialgraph_integration_tests::redis_conn;
 use socialgraph_testkit::{cache_redis_url, unique};
 
 const USER: i64 = 42;
 
-fn edge(followee_id: i64, version: i64, following: bool, followed_at_ms: i64) -> CachedEdge {
-    CachedEdge { followee_id, version, following, followed_at_ms }
+fn edge(peer_id: i64, version: i64, following: bool, followed_at_ms: i64) -> CachedEdge {
+    CachedEdge { peer_id, version, following, followed_at_ms }
 }
 
 /// A cache under a fresh prefix, and its keys.
-async fn fresh() -> anyhow::Result<(FollowingCache, Keys)> {
+async fn fresh() -> anyhow::Result<(ListCache, Keys)> {
     let url = cache_redis_url();
     redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))?;
     let keys = Keys::new(unique("cs") + ":");
     let pool = socialgraph_cache::pool(&url, 2, Duration::from_secs(5))?;
-    Ok((FollowingCache::new(pool, keys.clone(), Duration::from_secs(600), Duration::from_secs(5)), keys))
+    let limits = Limits { window: 1000, relationship_max: 100, ttl: Duration::from_secs(600), timeout: Duration::from_secs(5) };
+    Ok((ListCache::new(pool, keys.clone(), Direction::Following, limits), keys))
 }
 
-async fn list(cache: &FollowingCache) -> anyhow::Result<Option<Vec<i64>>> {
-    Ok(cache.page(USER, None, 1000).await?.map(|v| v.into_iter().map(|(id, _)| id).collect()))
+async fn list(cache: &ListCache) -> anyhow::Result<Option<Vec<i64>>> {
+    Ok(match cache.page(USER, None, 1000).await? {
+        PageRead::Hit(v) => Some(v.into_iter().map(|(id, _)| id).collect()),
+        PageRead::Miss => None,
+        PageRead::PastWindow(v) => panic!("a list under its window is whole, got a window of {v:?}"),
+    })
 }
 
 async fn del(keys: &[String]) -> anyhow::Result<()> {
@@ -41,14 +46,14 @@ async fn exists(key: &str) -> anyhow::Result<bool> {
 async fn a_fill_keeps_every_write_that_landed_after_its_marker() -> anyhow::Result<()> {
     let (cache, _) = fresh().await?;
     assert_eq!(list(&cache).await?, None, "nothing cached yet");
-    assert_eq!(cache.apply(&[(USER, edge(9, 1, true, 900))]).await?, 0, "an event for a list not cached changes nothing");
+    assert_eq!(cache.apply(&[(USER, edge(9, 1, true, 900))], None).await?, 0, "an event for a list not cached changes nothing");
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
     // Events after the marker: 5 followed again (v2), 7 unfollowed (v3), 8 followed (v1).
-    cache.apply(&[(USER, edge(5, 2, true, 500)), (USER, edge(7, 3, false, 700)), (USER, edge(8, 1, true, 800))]).await?;
+    cache.apply(&[(USER, edge(5, 2, true, 500)), (USER, edge(7, 3, false, 700)), (USER, edge(8, 1, true, 800))], None).await?;
     assert_eq!(list(&cache).await?, None, "a list being filled is not served");
     // The database read happened before those writes: 5 unfollowed at v1 (absent), 7 followed
     // at v2, 6 followed at v1.
-    assert!(cache.commit_fill(USER, &nonce, &[edge(7, 2, true, 700), edge(6, 1, true, 600)]).await?);
+    assert!(cache.commit_fill(USER, &nonce, &[edge(7, 2, true, 700), edge(6, 1, true, 600)], None).await?);
     assert_eq!(list(&cache).await?, Some(vec![8, 6, 5]), "newer writes win over the older read, whatever their order");
     assert_eq!(cache.count(USER).await?, Some(3));
     assert_eq!(cache.begin_fill(USER).await?, None, "a complete list needs no fill");
@@ -59,16 +64,16 @@ async fn a_fill_keeps_every_write_that_landed_after_its_marker() -> anyhow::Resu
 async fn an_unfollowed_account_never_comes_back_from_a_late_or_copied_event() -> anyhow::Result<()> {
     let (cache, _) = fresh().await?;
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-    assert!(cache.commit_fill(USER, &nonce, &[edge(3, 1, true, 300), edge(4, 1, true, 400)]).await?);
-    cache.apply(&[(USER, edge(3, 2, false, 300))]).await?;
+    assert!(cache.commit_fill(USER, &nonce, &[edge(3, 1, true, 300), edge(4, 1, true, 400)], None).await?);
+    cache.apply(&[(USER, edge(3, 2, false, 300))], None).await?;
     // The follow event again (a copy at a later offset), then out of order.
-    assert_eq!(cache.apply(&[(USER, edge(3, 1, true, 300))]).await?, 0);
+    assert_eq!(cache.apply(&[(USER, edge(3, 1, true, 300))], None).await?, 0);
     assert_eq!(list(&cache).await?, Some(vec![4]));
     // Count-preserving change: unfollow one, follow another.
-    cache.apply(&[(USER, edge(4, 2, false, 400)), (USER, edge(2, 1, true, 200))]).await?;
+    cache.apply(&[(USER, edge(4, 2, false, 400)), (USER, edge(2, 1, true, 200))], None).await?;
     assert_eq!(list(&cache).await?, Some(vec![2]));
     assert_eq!(cache.count(USER).await?, Some(1));
-    assert_eq!(cache.scores(USER, &[2, 3, 4]).await?, Some(vec![Some(200), None, None]));
+    assert_eq!(cache.lookup(USER, &[2, 3, 4], false).await?, vec![Lookup::Follows(200), Lookup::No, Lookup::No]);
     Ok(())
 }
 
@@ -77,17 +82,17 @@ async fn evicting_either_key_makes_the_list_a_miss_never_a_partial_answer() -> a
     let (cache, keys) = fresh().await?;
     for evicted in [keys.following(USER), keys.following_versions(USER)] {
         let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-        assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)]).await?);
+        assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)], None).await?);
         del(std::slice::from_ref(&evicted)).await?;
         // An event applied after the eviction must not rebuild a partial list either.
-        cache.apply(&[(USER, edge(3, 1, true, 300))]).await?;
+        cache.apply(&[(USER, edge(3, 1, true, 300))], None).await?;
         assert_eq!(list(&cache).await?, None, "after evicting {evicted}");
-        assert_eq!(cache.scores(USER, &[1]).await?, None);
+        assert_eq!(cache.lookup(USER, &[1], false).await?, vec![Lookup::Unknown]);
         assert_eq!(cache.count(USER).await?, None);
         assert!(!exists(&keys.following_versions(USER)).await?, "no state is left that could mark a list complete");
         // The next fill starts clean: nothing of the old sorted set leaks into it.
         let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-        assert!(cache.commit_fill(USER, &nonce, &[edge(4, 1, true, 400)]).await?);
+        assert!(cache.commit_fill(USER, &nonce, &[edge(4, 1, true, 400)], None).await?);
         assert_eq!(list(&cache).await?, Some(vec![4]), "after evicting {evicted} and filling again");
         del(&[keys.following(USER), keys.following_versions(USER)]).await?;
     }
@@ -99,14 +104,14 @@ async fn a_fill_whose_marker_was_evicted_or_taken_over_marks_nothing_complete() 
     let (cache, keys) = fresh().await?;
     let first = cache.begin_fill(USER).await?.expect("a fill starts");
     del(&[keys.following_versions(USER)]).await?;
-    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)]).await?, "the marker was evicted");
+    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)], None).await?, "the marker was evicted");
     assert_eq!(list(&cache).await?, None);
 
     let first = cache.begin_fill(USER).await?.expect("a fill starts");
     let second = cache.begin_fill(USER).await?.expect("a second fill takes over");
-    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)]).await?, "the first fill lost its marker");
+    assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)], None).await?, "the first fill lost its marker");
     assert_eq!(list(&cache).await?, None);
-    assert!(cache.commit_fill(USER, &second, &[edge(1, 1, true, 100), edge(2, 1, true, 100)]).await?);
+    assert!(cache.commit_fill(USER, &second, &[edge(1, 1, true, 100), edge(2, 1, true, 100)], None).await?);
     assert_eq!(list(&cache).await?, Some(vec![2, 1]));
     Ok(())
 }
@@ -120,21 +125,21 @@ async fn pages_follow_the_database_order_through_ties_and_removals() -> anyhow::
     rows.push(edge(77, 1, true, 6_000));
     rows.push(edge(78, 1, true, 4_000));
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-    assert!(cache.commit_fill(USER, &nonce, &rows).await?);
-    let mut want: Vec<(i64, i64)> = rows.iter().map(|e| (e.followed_at_ms, e.followee_id)).collect();
+    assert!(cache.commit_fill(USER, &nonce, &rows, None).await?);
+    let mut want: Vec<(i64, i64)> = rows.iter().map(|e| (e.followed_at_ms, e.peer_id)).collect();
     want.sort_by(|a, b| b.cmp(a));
     let want: Vec<i64> = want.into_iter().map(|(_, id)| id).collect();
 
     let (mut got, mut after, mut removed) = (Vec::new(), None, 0);
     loop {
-        let page = cache.page(USER, after, 3).await?.expect("cached");
+        let PageRead::Hit(page) = cache.page(USER, after, 3).await? else { panic!("cached") };
         if page.is_empty() {
             break;
         }
         let &(id, ms) = page.last().expect("non-empty");
         got.extend(page.iter().map(|(id, _)| *id));
         // The entry under the cursor is unfollowed between pages: nothing is skipped or repeated.
-        removed += cache.apply(&[(USER, edge(id, 2, false, ms))]).await?;
+        removed += cache.apply(&[(USER, edge(id, 2, false, ms))], None).await?;
         after = Some((ms, id));
     }
     assert_eq!(got, want, "followed_at desc, then followee id desc");
@@ -146,11 +151,11 @@ async fn pages_follow_the_database_order_through_ties_and_removals() -> anyhow::
 async fn a_list_marked_too_long_is_neither_filled_nor_applied_to() -> anyhow::Result<()> {
     let (cache, keys) = fresh().await?;
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-    cache.apply(&[(USER, edge(1, 1, true, 100))]).await?;
+    cache.apply(&[(USER, edge(1, 1, true, 100))], None).await?;
     cache.mark_too_long(USER).await?;
-    assert!(!cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100)]).await?, "the fill under way is void");
+    assert!(!cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100)], None).await?, "the fill under way is void");
     assert_eq!(cache.begin_fill(USER).await?, None, "no new fill");
-    assert_eq!(cache.apply(&[(USER, edge(2, 1, true, 200))]).await?, 0, "events skip it");
+    assert_eq!(cache.apply(&[(USER, edge(2, 1, true, 200))], None).await?, 0, "events skip it");
     assert_eq!(list(&cache).await?, None);
     assert!(!exists(&keys.following(USER)).await?, "no entries are kept");
     Ok(())

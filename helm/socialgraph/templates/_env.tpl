@@ -72,6 +72,10 @@ SG_CACHE__KEY_PREFIX: {{ . | quote }}
 {{- end }}
 SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
 SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
+SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
+SG_CACHE__FOLLOWERS_WINDOW: {{ $svc.cache.followersWindow | int64 | quote }}
+SG_CACHE__RELATIONSHIP_MAX: {{ $svc.cache.relationshipMax | int64 | quote }}
+SG_CACHE__DEEP_PAGES_PER_SEC: {{ $svc.cache.deepPagesPerSec | int64 | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}

@@ -20,7 +20,7 @@ impl Keys {
     }
 
     /// `sg:flw:{uid}`: sorted set of the user's followings in the cache Redis (member: followee
-    /// id as 8 big-endian bytes, score: followed_at ms); see [`crate::following`].
+    /// id as 8 big-endian bytes, score: followed_at ms); see [`crate::lists`].
     pub fn following(&self, user_id: i64) -> String {
         format!("{}sg:flw:{{{user_id}}}", self.prefix)
     }
@@ -29,6 +29,31 @@ impl Keys {
     /// (fill state), `_n` (members). Same slot.
     pub fn following_versions(&self, user_id: i64) -> String {
         format!("{}sg:flw:{{{user_id}}}:v", self.prefix)
+    }
+
+    /// `sg:fan:{uid}`: sorted set of the user's newest followers in the cache Redis (member:
+    /// follower id as 8 big-endian bytes, score: followed_at ms); see [`crate::lists`].
+    pub fn followers(&self, user_id: i64) -> String {
+        format!("{}sg:fan:{{{user_id}}}", self.prefix)
+    }
+
+    /// `sg:fan:{uid}:v`: hash beside [`Self::followers`], as [`Self::following_versions`].
+    pub fn followers_versions(&self, user_id: i64) -> String {
+        format!("{}sg:fan:{{{user_id}}}:v", self.prefix)
+    }
+
+    /// The three keys of one cached list: sorted set, versions hash and relationship hash
+    /// (`…:r`, candidate → `version:followed_at`), of the following list or the followers.
+    pub fn list(&self, following: bool, user_id: i64) -> [String; 3] {
+        let set = if following { self.following(user_id) } else { self.followers(user_id) };
+        let (versions, relationships) = (format!("{set}:v"), format!("{set}:r"));
+        [set, versions, relationships]
+    }
+
+    /// `sg:capp:{consumer}`: hash partition → next offset of the last batch the consumer
+    /// applied to the list caches (see [`crate::lists::AppliedMark`]).
+    pub fn cache_applied(&self, consumer: &str) -> String {
+        format!("{}sg:capp:{{{consumer}}}", self.prefix)
     }
 
     /// `sg:ucnt:{uid}`: the user's 20-byte counter string (see [`crate::counters::Sds`]).

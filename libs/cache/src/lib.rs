@@ -3,8 +3,8 @@
 
 pub mod counters;
 pub mod entities;
-pub mod following;
 pub mod keys;
+pub mod lists;
 pub mod rate_limit;
 
 use std::time::Duration;

@@ -38,6 +38,9 @@ const POSITIVE_KEYS: &[&str] = &[
     "relay_batch_size",
     "partitions",
     "request_deadline_ms",
+    "followers_window",
+    "relationship_max",
+    "deep_pages_per_sec",
 ];
 
 /// Refuses 0 for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`: where it is).
@@ -171,13 +174,59 @@ pub struct CacheSettings {
     pub timeout_ms: u64,
     /// Lifetime of a cached list after its fill (s); eviction may end it sooner.
     pub ttl_secs: u64,
-    /// Longest following list that is cached (longer ones are always read from the database).
+    /// Most entries of a cached following list; a longer list keeps its newest ones, and pages
+    /// and checks past them read the database (relation-svc).
     pub following_max: i64,
+    /// Most followers cached per account, newest first (projection-svc); pages past them are
+    /// deep pages.
+    pub followers_window: i64,
+    /// Most candidates remembered per account in the follower-relationship hash that answers
+    /// BatchCheckFollowers past the followers window (projection-svc).
+    pub relationship_max: i64,
+    /// Deep follower pages (past the cached window) one projection-svc instance reads from the
+    /// database per second; more are refused with RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED`.
+    pub deep_pages_per_sec: u32,
 }
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { url: String::new(), key_prefix: String::new(), pool_size: 4, timeout_ms: 100, ttl_secs: 3600, following_max: 10_000 }
+        Self {
+            url: String::new(),
+            key_prefix: String::new(),
+            pool_size: 4,
+            timeout_ms: 100,
+            ttl_secs: 3600,
+            following_max: 10_000,
+            followers_window: 10_000,
+            relationship_max: 10_000,
+            deep_pages_per_sec: 50,
+        }
+    }
+}
+
+impl CacheSettings {
+    /// The list caches of these settings over one pool; `None` when `url` is empty.
+    ///
+    /// # Errors
+    /// The URL is malformed.
+    pub fn list_caches(&self) -> Result<Option<socialgraph_cache::lists::ListCaches>, socialgraph_cache::CacheError> {
+        use socialgraph_cache::lists::{Direction, Limits, ListCache, ListCaches};
+        if self.url.is_empty() {
+            return Ok(None);
+        }
+        let timeout = std::time::Duration::from_millis(self.timeout_ms);
+        let pool = socialgraph_cache::pool(&self.url, self.pool_size, timeout)?;
+        let keys = socialgraph_cache::keys::Keys::new(self.key_prefix.clone());
+        let limits = |window: i64| Limits {
+            window: usize::try_from(window).unwrap_or(0),
+            relationship_max: usize::try_from(self.relationship_max).unwrap_or(0),
+            ttl: std::time::Duration::from_secs(self.ttl_secs),
+            timeout,
+        };
+        Ok(Some(ListCaches {
+            following: ListCache::new(pool.clone(), keys.clone(), Direction::Following, limits(self.following_max)),
+            followers: ListCache::new(pool, keys, Direction::Followers, limits(self.followers_window)),
+        }))
     }
 }
 

@@ -37,15 +37,23 @@ pub enum EdgeTable {
 }
 
 impl EdgeTable {
-    fn name(self) -> Alias {
+    pub(crate) fn name(self) -> Alias {
         Alias::new(match self {
             Self::Following => "following",
             Self::Follower => "follower",
         })
     }
 
+    /// The peer of `e` in this table's lists (followee in `following`, follower in `follower`).
+    pub fn peer_of(self, e: &Edge) -> i64 {
+        match self {
+            Self::Following => e.followee_id,
+            Self::Follower => e.follower_id,
+        }
+    }
+
     /// The key's leading column (the table's shard key) and the peer column.
-    fn owner_peer(self) -> (Col, Col) {
+    pub(crate) fn owner_peer(self) -> (Col, Col) {
         match self {
             Self::Following => (Col::FollowerId, Col::FolloweeId),
             Self::Follower => (Col::FolloweeId, Col::FollowerId),
@@ -53,7 +61,7 @@ impl EdgeTable {
     }
 }
 
-fn edge_from_row(row: &QueryResult) -> Result<Edge, DbErr> {
+pub(crate) fn edge_from_row(row: &QueryResult) -> Result<Edge, DbErr> {
     Ok(Edge {
         follower_id: row.try_get_by_index(0)?,
         followee_id: row.try_get_by_index(1)?,
@@ -70,7 +78,7 @@ pub(crate) fn column_values(e: &Edge) -> [sea_orm::Value; 6] {
     [e.follower_id.into(), e.followee_id.into(), e.state.as_i16().into(), e.version.into(), e.followed_at_ms.into(), e.updated_at_ms.into()]
 }
 
-fn select_edges(table: EdgeTable) -> SelectStatement {
+pub(crate) fn select_edges(table: EdgeTable) -> SelectStatement {
     Query::select().columns(COLS).from(table.name()).to_owned()
 }
 
@@ -312,17 +320,6 @@ pub async fn between<C: ConnectionTrait>(conn: &C, user_id: i64, peers: &[i64], 
         }
     }
     Ok(out)
-}
-
-/// Every followed edge of `follower_id` (any order) with its version, at most `limit`: what
-/// a following-list cache is filled from. More than `limit` rows means "too long to cache".
-///
-/// # Errors
-/// Database failure.
-pub async fn followed_by_follower<C: ConnectionTrait>(conn: &C, follower_id: i64, limit: usize) -> Result<Vec<Edge>, DbErr> {
-    let mut q = select_edges(EdgeTable::Following);
-    q.and_where(Expr::col(Col::FollowerId).eq(follower_id)).and_where(Expr::col(Col::State).eq(EdgeState::Following.as_i16())).limit(limit as u64);
-    conn.query_all(&q).await?.iter().map(edge_from_row).collect()
 }
 
 /// Keyset condition "strictly after `cursor`" in (followed_at_ms, peer) descending order.

@@ -14,6 +14,7 @@ pub mod offsets;
 pub mod outbox;
 pub mod restrictions;
 pub mod stale;
+pub mod windows;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};
 

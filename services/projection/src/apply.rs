@@ -3,18 +3,20 @@
 //! stored in the same transaction as the rows of the batch, together with the change of every
 //! touched user's `edge_count` row (the exact counts counter-svc copies).
 //!
-//! Before that transaction, the batch goes to the following-list cache (a pseudo-replica with
-//! the same version rule, so a batch applied again after a crash changes nothing). When the
-//! cache Redis cannot be reached, the batch's followers are marked in `cache_stale` in the same
-//! transaction, and [`drain_stale`] deletes their cached lists once it answers again.
+//! Before that transaction, the batch goes to the list caches, both directions (pseudo-replicas
+//! with the same version rule, so a batch applied again after a crash changes nothing), with
+//! its position first (see [`crate::cache`] for why fills need it). When the cache Redis cannot
+//! be reached, the batch's users are marked in `cache_stale` in the same transaction, and
+//! [`drain_stale`] deletes their cached lists once it answers again.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::following::{CachedEdge, FollowingCache};
+use socialgraph_cache::lists::{AppliedMark, CachedEdge, ListCaches};
 use socialgraph_domain::Edge;
 use socialgraph_domain::EdgeState;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
@@ -38,8 +40,8 @@ pub struct Projector {
     pub applied: IntCounter,
     /// Records skipped: stale version, or undecodable (by `reason`).
     pub skipped: IntCounterVec,
-    /// The following-list cache kept from the events (`None`: no cache Redis).
-    pub cache: Option<FollowingCache>,
+    /// The list caches kept from the events (`None`: no cache Redis).
+    pub cache: Option<Arc<crate::cache::Caches>>,
     /// Batches applied to the cache, by `result` (ok, failed).
     pub cache_applies: IntCounterVec,
 }
@@ -66,25 +68,33 @@ impl Projector {
         newest
     }
 
-    /// Applies the batch to the cache; returns the followers to mark stale when it failed.
-    async fn apply_to_cache(&self, newest: &HashMap<(i64, i64), Edge>) -> Vec<i64> {
+    /// Applies the batch to both list caches; returns the users to mark stale when it failed.
+    async fn apply_to_cache(&self, newest: &HashMap<(i64, i64), Edge>, partition: i32, next_offset: i64) -> Vec<i64> {
         let Some(cache) = &self.cache else { return Vec::new() };
-        let changes: Vec<(i64, CachedEdge)> = newest
-            .values()
-            .map(|e| {
-                let following = e.state == EdgeState::Following;
-                (e.follower_id, CachedEdge { followee_id: e.followee_id, version: e.version, following, followed_at_ms: e.followed_at_ms })
-            })
-            .collect();
-        match cache.apply(&changes).await {
+        let edge = |e: &Edge, peer_id: i64| CachedEdge {
+            peer_id,
+            version: e.version,
+            following: e.state == EdgeState::Following,
+            followed_at_ms: e.followed_at_ms,
+        };
+        let following: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.follower_id, edge(e, e.followee_id))).collect();
+        let followers: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.followee_id, edge(e, e.follower_id))).collect();
+        let key = cache.applied_key();
+        let mark = AppliedMark { key: &key, partition, next_offset };
+        let lists = &cache.lists;
+        let result = match lists.followers.apply(&followers, Some(mark)).await {
+            Ok(_) => lists.following.apply(&following, None).await,
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(_) => {
                 self.cache_applies.with_label_values(&["ok"]).inc();
                 Vec::new()
             }
             Err(e) => {
                 self.cache_applies.with_label_values(&["failed"]).inc();
-                tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's followers stale");
-                let mut users: Vec<i64> = changes.iter().map(|(f, _)| *f).collect();
+                tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's users stale");
+                let mut users: Vec<i64> = newest.keys().flat_map(|(a, b)| [*a, *b]).collect();
                 users.sort_unstable();
                 users.dedup();
                 users
@@ -153,7 +163,7 @@ impl BatchHandler for Projector {
         let newest = self.newest(records, &span);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
-        let stale_users = self.apply_to_cache(&newest).instrument(span.clone()).await;
+        let stale_users = self.apply_to_cache(&newest, partition, next_offset).instrument(span.clone()).await;
         let changed =
             socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position, &stale_users).instrument(span.clone())).await?;
         self.applied.inc_by(changed);
@@ -161,12 +171,13 @@ impl BatchHandler for Projector {
     }
 }
 
-/// Deletes the cached lists of the users marked in `cache_stale`, oldest mark first, then
-/// their marks, until none is left or the cache Redis fails again; returns the users cleared.
+/// Deletes the cached lists (both directions) of the users marked in `cache_stale`, oldest
+/// mark first, then their marks, until none is left or the cache Redis fails again; returns the
+/// users cleared.
 ///
 /// # Errors
 /// Database errors (a cache failure just ends the round).
-pub async fn drain_stale(db: &DatabaseConnection, cache: &FollowingCache) -> Result<usize, sea_orm::DbErr> {
+pub async fn drain_stale(db: &DatabaseConnection, lists: &ListCaches) -> Result<usize, sea_orm::DbErr> {
     let mut cleared = 0;
     loop {
         let users = stale::oldest(db, 500).await?;
@@ -174,7 +185,11 @@ pub async fn drain_stale(db: &DatabaseConnection, cache: &FollowingCache) -> Res
             return Ok(cleared);
         }
         let ids: Vec<i64> = users.iter().map(|u| u.user_id).collect();
-        if let Err(e) = cache.evict(&ids).await {
+        let evicted = match lists.following.evict(&ids).await {
+            Ok(()) => lists.followers.evict(&ids).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = evicted {
             tracing::debug!(error = %e, "cache Redis still unavailable; stale users stay marked");
             return Ok(cleared);
         }

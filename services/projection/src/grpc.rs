@@ -33,7 +33,7 @@ impl ProjectionService for ProjectionGrpc {
     async fn list_followers(&self, req: Request<pb::ListFollowersRequest>) -> Result<Response<pb::ListFollowersResponse>, Status> {
         let r = req.into_inner();
         self.projection.await_token("consistency_token", &r.consistency_token).await?;
-        let page = self.projection.list_followers(r.user_id, r.page_size, &r.page_token).await?;
+        let page = self.projection.list_followers(r.user_id, r.page_size, &r.page_token, r.consistency_token.is_empty()).await?;
         let followers = page
             .entries
             .into_iter()
@@ -45,12 +45,12 @@ impl ProjectionService for ProjectionGrpc {
     async fn batch_check_followers(&self, req: Request<pb::BatchCheckFollowersRequest>) -> Result<Response<pb::BatchCheckFollowersResponse>, Status> {
         let r = req.into_inner();
         self.projection.await_token("consistency_token", &r.consistency_token).await?;
-        let found = self.projection.check_followers(r.user_id, &r.candidate_ids).await?;
+        let found = self.projection.check_followers(r.user_id, &r.candidate_ids, r.consistency_token.is_empty()).await?;
         let results = r
             .candidate_ids
             .iter()
             .zip(found)
-            .map(|(&c, e)| pb::FollowerCheck { candidate_id: c, follows: e.is_some(), followed_at: e.map(|e| timestamp_from_ms(e.followed_at_ms)) })
+            .map(|(&c, at)| pb::FollowerCheck { candidate_id: c, follows: at.is_some(), followed_at: at.map(timestamp_from_ms) })
             .collect();
         Ok(Response::new(pb::BatchCheckFollowersResponse { results }))
     }

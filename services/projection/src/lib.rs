@@ -3,6 +3,7 @@
 //! reads, status and rebuilds.
 
 pub mod apply;
+pub mod cache;
 pub mod config;
 pub mod grpc;
 pub mod service;
@@ -48,7 +49,7 @@ impl Parts {
 
 /// Builds projection-svc's [`Parts`] from `config` (consumer name, topic, page-token key,
 /// relation-svc's admin token) over `db`, reading the source through `relation` for rebuilds and
-/// reporting consumer progress into `progress`, keeping `cache` (the following-list cache;
+/// reporting consumer progress into `progress`, keeping `cache` (the list caches;
 /// `None`: none) in step with the events. Registers `sg_projection_applied_total`,
 /// `sg_projection_skipped_total` and `sg_cache_applies_total` in `registry`.
 ///
@@ -59,19 +60,26 @@ pub fn build(
     config: &Config,
     relation: RelationServiceClient<tonic::transport::Channel>,
     progress: Progress,
-    cache: Option<socialgraph_cache::following::FollowingCache>,
+    cache: Option<socialgraph_cache::lists::ListCaches>,
     registry: &Registry,
 ) -> anyhow::Result<Parts> {
     let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
     let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
-    let cache_applies = IntCounterVec::new(
-        Opts::new("sg_cache_applies_total", "Event batches applied to the following-list cache, by result (ok, failed)"),
-        &["result"],
-    )?;
+    let cache_applies =
+        IntCounterVec::new(Opts::new("sg_cache_applies_total", "Event batches applied to the list caches, by result (ok, failed)"), &["result"])?;
     registry.register(Box::new(applied.clone()))?;
     registry.register(Box::new(skipped.clone()))?;
     registry.register(Box::new(cache_applies.clone()))?;
+    let cache = match cache {
+        Some(lists) => {
+            let metrics = cache::CacheMetrics::register(registry)?;
+            let (consumer, topic) = (&config.database.consumer_name, &config.kafka.relation_topic);
+            Some(Arc::new(cache::Caches::new(lists, consumer, topic, config.cache.deep_pages_per_sec, metrics)))
+        }
+        None => None,
+    };
     let projection = Arc::new(service::Projection {
+        cache: cache.clone(),
         db: db.clone(),
         token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
         consumer: config.database.consumer_name.clone(),
@@ -100,7 +108,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     registry.register(Box::new(lag.clone()))?;
     let progress: Progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
-    let cache = following_cache(&config.cache)?;
+    let cache = config.cache.list_caches().context("cache.url")?;
     let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), &registry)?;
 
     let readiness = Readiness::default();
@@ -120,30 +128,16 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     served
 }
 
-/// The following-list cache of `settings`; `None` when its URL is empty.
-///
-/// # Errors
-/// The URL is malformed.
-pub fn following_cache(settings: &socialgraph_server::CacheSettings) -> anyhow::Result<Option<socialgraph_cache::following::FollowingCache>> {
-    if settings.url.is_empty() {
-        return Ok(None);
-    }
-    let timeout = Duration::from_millis(settings.timeout_ms);
-    let pool = socialgraph_cache::pool(&settings.url, settings.pool_size, timeout).context("cache.url")?;
-    let keys = socialgraph_cache::keys::Keys::new(settings.key_prefix.clone());
-    Ok(Some(socialgraph_cache::following::FollowingCache::new(pool, keys, Duration::from_secs(settings.ttl_secs), timeout)))
-}
-
 /// How often the stale-user drain looks for users to clear.
 const STALE_DRAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Every [`STALE_DRAIN_EVERY`], deletes the cached lists of users marked stale while the cache
 /// Redis was unreachable ([`apply::drain_stale`]).
-async fn drain_task(db: sea_orm::DatabaseConnection, cache: socialgraph_cache::following::FollowingCache, cancel: CancellationToken) {
+async fn drain_task(db: sea_orm::DatabaseConnection, cache: socialgraph_cache::lists::ListCaches, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
         match apply::drain_stale(&db, &cache).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(users = n, "deleted cached following lists marked stale"),
+            Ok(n) => tracing::info!(users = n, "deleted cached lists marked stale"),
             Err(e) => tracing::warn!(error = %e, "could not drain stale cache marks"),
         }
         tokio::select! { _ = tokio::time::sleep(STALE_DRAIN_EVERY) => {}, _ = cancel.cancelled() => {} }

@@ -32,6 +32,8 @@ pub struct Projection {
     pub relation: RelationServiceClient<Channel>,
     /// Bearer token for relation-svc's ScanEdges.
     pub relation_token: Option<SecretString>,
+    /// The list caches (`None`: every read goes to the database).
+    pub cache: Option<std::sync::Arc<crate::cache::Caches>>,
 }
 
 /// Edge counts with the offsets they reflect.
@@ -104,27 +106,39 @@ impl Projection {
         }
     }
 
-    /// One page of `user_id`'s followers, newest first.
+    /// One page of `user_id`'s followers, newest first; from the follower window when `cached`
+    /// (reads that waited for a consistency token pass false: the table is what they waited
+    /// for).
     ///
     /// # Errors
-    /// INVALID_ARGUMENT for a bad id, size or token; UNAVAILABLE.
-    pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<Page> {
+    /// INVALID_ARGUMENT for a bad id, size or token; RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED`
+    /// for a page past the window over the deep-page rate; UNAVAILABLE.
+    pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str, cached: bool) -> ApiResult<Page> {
         let req = page_request(&self.token_key, ListKind::Followers, &[("user_id", user_id)], page_size, token)?;
+        if let Some(c) = self.cache.as_ref().filter(|_| cached)
+            && let crate::cache::PageAnswer::Entries(rows) = c.follower_page(&self.db, user_id, req.after, req.size).await?
+        {
+            return Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0));
+        }
         let rows = edges::list(&self.db, EdgeTable::Follower, user_id, req.after, req.size + 1).await.map_err(db_error)?;
         Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0))
     }
 
-    /// For each candidate, in request order: its follow edge to `user_id` if it follows.
+    /// For each candidate, in request order: when it followed `user_id`, if it does; through
+    /// the caches when `cached` (see [`Self::list_followers`]).
     ///
     /// # Errors
     /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
-    pub async fn check_followers(&self, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<Edge>>> {
+    pub async fn check_followers(&self, user_id: i64, candidates: &[i64], cached: bool) -> ApiResult<Vec<Option<i64>>> {
         let mut bad: Vec<_> = validate_user_id("user_id", user_id).err().into_iter().collect();
         if let Err(v) = socialgraph_domain::validate_batch("candidate_ids", candidates) {
             bad.extend(v);
         }
         if !bad.is_empty() {
             return Err(bad.into());
+        }
+        if let Some(c) = self.cache.as_ref().filter(|_| cached) {
+            return c.check_followers(&self.db, user_id, candidates).await;
         }
         let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();
         let found: HashMap<i64, Edge> = edges::get_many(&self.db, EdgeTable::Follower, &pairs, false)
@@ -134,7 +148,7 @@ impl Projection {
             .filter(|e| e.state == EdgeState::Following)
             .map(|e| (e.follower_id, e))
             .collect();
-        Ok(candidates.iter().map(|c| found.get(c).copied()).collect())
+        Ok(candidates.iter().map(|c| found.get(c).map(|e| e.followed_at_ms)).collect())
     }
 
     /// Exact follower count of `user_id`.

@@ -1,4 +1,4 @@
-//! relation-svc's side of the following-list cache ([`socialgraph_cache::following`]): reads
+//! relation-svc's side of the following-list cache ([`socialgraph_cache::lists`]): reads
 //! that try the cache first, fills on a miss, and the write-through after every transaction
 //! that changed edges (Follow, Unfollow, blocks, approvals, imports, account jobs), which gives
 //! the actor read-your-writes.
@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::following::{CachedEdge, FollowingCache};
+use socialgraph_cache::lists::{CachedEdge, ListCache, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_storage::windows;
 use tokio::sync::Semaphore;
 
 use crate::service::Relations;
@@ -67,9 +68,7 @@ pub const FILL_SLOTS: usize = 8;
 #[derive(Clone)]
 pub struct Caches {
     /// Following lists.
-    pub following: FollowingCache,
-    /// Longest following list that is cached.
-    pub following_max: i64,
+    pub following: ListCache,
     /// Metrics.
     pub metrics: CacheMetrics,
     /// Permits of background fills ([`FILL_SLOTS`]).
@@ -80,21 +79,38 @@ pub struct Caches {
 
 impl Caches {
     /// The cache over `following` with its limits and metrics.
-    pub fn new(following: FollowingCache, following_max: i64, metrics: CacheMetrics) -> Self {
-        Self { following, following_max, metrics, fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)), filling: Arc::default() }
+    pub fn new(following: ListCache, metrics: CacheMetrics) -> Self {
+        Self { following, metrics, fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)), filling: Arc::default() }
     }
 }
 
 /// What a cache read found.
 enum Looked<T> {
+    /// The cache answered.
     Hit(T),
+    /// The list is not cached.
     Miss,
+    /// The list is cached as a window (longer than `cache.following_max`) and the read needs
+    /// more than it holds.
+    Past,
+    /// The cache is down, slow or failing.
     Fallback,
+}
+
+impl<T> Looked<T> {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Hit(_) => "hit",
+            Self::Miss => "miss",
+            Self::Past => "past_window",
+            Self::Fallback => "fallback",
+        }
+    }
 }
 
 /// The cache's form of a `following` edge.
 pub(crate) fn cached_edge(e: &Edge) -> CachedEdge {
-    CachedEdge { followee_id: e.followee_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
+    CachedEdge { peer_id: e.followee_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
 }
 
 impl Caches {
@@ -102,22 +118,13 @@ impl Caches {
         self.metrics.requests.with_label_values(&["following", rpc, result]).inc();
     }
 
-    fn looked<T>(&self, rpc: &str, r: Result<Option<T>, socialgraph_cache::CacheError>) -> Looked<T> {
-        match r {
-            Ok(Some(v)) => {
-                self.count(rpc, "hit");
-                Looked::Hit(v)
-            }
-            Ok(None) => {
-                self.count(rpc, "miss");
-                Looked::Miss
-            }
-            Err(e) => {
-                self.count(rpc, "fallback");
-                tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
-                Looked::Fallback
-            }
-        }
+    fn looked<T>(&self, rpc: &str, r: Result<Looked<T>, socialgraph_cache::CacheError>) -> Looked<T> {
+        let looked = r.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
+            Looked::Fallback
+        });
+        self.count(rpc, looked.label());
+        looked
     }
 }
 
@@ -130,10 +137,15 @@ impl Relations {
     pub(crate) async fn following_entries(&self, user_id: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Vec<ListEntry>> {
         if let Some(c) = &self.caches {
             let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
-            match c.looked("ListFollowing", c.following.page(user_id, cursor, limit).await) {
+            let read = c.following.page(user_id, cursor, limit).await.map(|p| match p {
+                PageRead::Hit(v) => Looked::Hit(v),
+                PageRead::Miss => Looked::Miss,
+                PageRead::PastWindow(_) => Looked::Past,
+            });
+            match c.looked("ListFollowing", read) {
                 Looked::Hit(v) => return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()),
                 Looked::Miss => self.spawn_fill(c, user_id),
-                Looked::Fallback => {}
+                Looked::Past | Looked::Fallback => {}
             }
         }
         edges::list(&self.db, EdgeTable::Following, user_id, after, limit).await.map_err(db_error)
@@ -143,13 +155,21 @@ impl Relations {
     /// when the caller must read the database (a miss also starts a fill in the background).
     pub(crate) async fn cached_following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
         let c = self.caches.as_ref()?;
-        match c.looked(rpc, c.following.scores(user_id, others).await) {
+        let read = c.following.lookup(user_id, others, false).await.map(|answers| {
+            let unknown = answers.iter().filter(|a| **a == Lookup::Unknown).count();
+            match unknown {
+                0 => Looked::Hit(answers.iter().map(|a| if let Lookup::Follows(ms) = a { Some(*ms) } else { None }).collect()),
+                n if n == answers.len() => Looked::Miss,
+                _ => Looked::Past,
+            }
+        });
+        match c.looked(rpc, read) {
             Looked::Hit(v) => Some(v),
             Looked::Miss => {
                 self.spawn_fill(c, user_id);
                 None
             }
-            Looked::Fallback => None,
+            Looked::Past | Looked::Fallback => None,
         }
     }
 
@@ -181,7 +201,7 @@ impl Relations {
     /// counted and otherwise left to the event stream.
     pub(crate) async fn write_through(&self, changes: &[(i64, CachedEdge)]) {
         let Some(c) = &self.caches else { return };
-        let result = match c.following.apply(changes).await {
+        let result = match c.following.apply(changes, None).await {
             Ok(_) => "ok",
             Err(e) => {
                 tracing::debug!(error = %e, "cache write-through failed; the event stream will apply the change");
@@ -207,13 +227,17 @@ impl Relations {
 /// result for `sg_cache_fills_total`.
 async fn fill_following(c: &Caches, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
     let Some(nonce) = c.following.begin_fill(user_id).await? else { return Ok("skipped") };
-    let max = usize::try_from(c.following_max).unwrap_or(0);
-    let rows = edges::followed_by_follower(db, user_id, max + 1).await?;
-    if rows.len() > max {
+    let window = c.following.limits().window;
+    let Some(read) = windows::read(db, EdgeTable::Following, user_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await? else {
         // Never cached: later reads of it skip the fill until the mark expires.
         c.following.mark_too_long(user_id).await?;
         return Ok("too_long");
-    }
-    let cached: Vec<CachedEdge> = rows.iter().map(cached_edge).collect();
-    Ok(if c.following.commit_fill(user_id, &nonce, &cached).await? { "cached" } else { "raced" })
+    };
+    let cached: Vec<CachedEdge> = read.followed.iter().chain(&read.not_followed).map(cached_edge).collect();
+    Ok(if c.following.commit_fill(user_id, &nonce, &cached, read.boundary).await? { "cached" } else { "raced" })
 }
+
+/// A fill also reads the list's unfollowed and hidden edges inside the window (their versions
+/// stop late copies of old follows); a list with more than this many per cached entry churns
+/// too much to cache and is marked too long.
+pub const NOT_FOLLOWED_MAX_PER_WINDOW: usize = 4;

@@ -64,14 +64,8 @@ pub fn build(
     let bypassed =
         prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
     registry.register(Box::new(bypassed.clone()))?;
-    let caches = match &config.cache {
-        c if with_cache && !c.url.is_empty() => {
-            let timeout = Duration::from_millis(c.timeout_ms);
-            let pool = socialgraph_cache::pool(&c.url, c.pool_size, timeout).context("cache.url")?;
-            let keys = socialgraph_cache::keys::Keys::new(c.key_prefix.clone());
-            let following = socialgraph_cache::following::FollowingCache::new(pool, keys, Duration::from_secs(c.ttl_secs), timeout);
-            Some(cache::Caches::new(following, c.following_max, cache::CacheMetrics::register(registry)?))
-        }
+    let caches = match config.cache.list_caches().context("cache.url")? {
+        Some(lists) if with_cache => Some(cache::Caches::new(lists.following, cache::CacheMetrics::register(registry)?)),
         _ => None,
     };
     Ok(Arc::new(service::Relations::new(db, redis, caches, config.clone(), wake, bypassed)))

@@ -328,7 +328,8 @@ impl Relations {
         };
         if outcome.changed {
             self.relay_wake.notify_one();
-            let tombstone = socialgraph_cache::following::CachedEdge { followee_id, version: outcome.version, following: false, followed_at_ms: 0 };
+            let tombstone =
+                socialgraph_cache::lists::CachedEdge { peer_id: followee_id, version: outcome.version, following: false, followed_at_ms: 0 };
             self.write_through(&[(follower_id, tombstone)]).await;
         } else {
             // Not following: maybe a request is pending (a locked followee); cancel it.

@@ -1,0 +1,122 @@
+//! A very large account (50,000 followers from ImportFollows) in a running mesh: follower pages
+//! inside the cached window come from the cache, pages past it are rate limited with
+//! RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED` and RetryInfo, and BatchCheckFollowers over candidates
+//! inside and outside the window equals the database, before and after changes.
+
+use std::time::Duration;
+
+use socialgraph_integration_tests::cache::{cached_list, table_lists};
+use socialgraph_integration_tests::*;
+use socialgraph_proto::projection::v1 as pp;
+use socialgraph_proto::relation::v1::*;
+use socialgraph_testkit::{Backend, kafka, redis_url};
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const FOLLOWERS: i64 = 50_000;
+const SETTLE: Duration = Duration::from_secs(300);
+const T0: i64 = 1_700_000_000_000;
+
+/// The truth for `candidates`: when each follows user 1, from the `following` table.
+async fn truth(m: &Mesh, candidates: &[i64]) -> anyhow::Result<Vec<Option<i64>>> {
+    let list = table_lists(&m.db, false, &[1]).await?.remove(&1).unwrap_or_default();
+    let at: std::collections::HashMap<i64, i64> = list.into_iter().collect();
+    Ok(candidates.iter().map(|c| at.get(c).copied()).collect())
+}
+
+async fn check(
+    p: &mut pp::projection_service_client::ProjectionServiceClient<tonic::transport::Channel>,
+    candidates: &[i64],
+) -> anyhow::Result<Vec<Option<i64>>> {
+    let req = pp::BatchCheckFollowersRequest { user_id: 1, candidate_ids: candidates.to_vec(), ..Default::default() };
+    let r = p.batch_check_followers(req).await?.into_inner();
+    Ok(r.results.iter().map(|r| r.followed_at.as_ref().filter(|_| r.follows).map(socialgraph_domain::timestamp_to_ms)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_very_large_account_is_served_from_its_window_with_deep_pages_limited_and_checks_exact() -> anyhow::Result<()> {
+    let m = Mesh::start_tuned(Backend::Postgres, &redis_url(), &kafka::brokers(), |c| c.deep_pages_per_sec = 2).await?;
+    let window = socialgraph_server::CacheSettings::default().followers_window;
+    let mut c = m.relation.client().await?;
+    let ids: Vec<i64> = (2..=FOLLOWERS + 1).collect();
+    let msgs: Vec<ImportFollowsRequest> = ids
+        .chunks(10_000)
+        .map(|chunk| ImportFollowsRequest {
+            edges: chunk
+                .iter()
+                .map(|&f| ImportEdge { follower_id: f, followee_id: 1, followed_at: Some(socialgraph_domain::timestamp_from_ms(T0 + f)) })
+                .collect(),
+        })
+        .collect();
+    assert_eq!(c.import_follows(admin(futures::stream::iter(msgs))).await?.into_inner().imported, FOLLOWERS);
+    m.settle(SETTLE).await?;
+
+    // The first read misses and fills the window in the background.
+    let mut p = m.projection.projection().await?;
+    let page = |token: String| pp::ListFollowersRequest { user_id: 1, page_size: 1000, page_token: token, ..Default::default() };
+    p.list_followers(page(String::new())).await?;
+    let cache = cache_settings(&m.topics.relation);
+    let cached = socialgraph_testkit::eventually(Duration::from_secs(30), "the follower window to be filled", || async {
+        cached_list(&cache.url, &cache.key_prefix, false, 1).await
+    })
+    .await?;
+    let newest: Vec<i64> = (FOLLOWERS + 1 - window + 1..=FOLLOWERS + 1).rev().collect();
+    assert_eq!(cached.entries.iter().map(|e| e.0).collect::<Vec<_>>(), newest, "the window holds the newest {window}");
+    assert_eq!(cached.boundary, Some((T0 + FOLLOWERS + 1 - window, FOLLOWERS + 1 - window)), "bounded by the newest one left out");
+
+    // Every page inside the window comes from the cache; the pages past it are deep.
+    let (mut token, mut walked) = (String::new(), Vec::new());
+    let before = m.projection.metrics().await?;
+    for _ in 0..(window / 1000) {
+        let r = p.list_followers(page(token)).await?.into_inner();
+        walked.extend(r.followers.iter().map(|f| f.user_id));
+        token = r.next_page_token;
+    }
+    assert_eq!(walked, newest, "pages inside the window, in list order");
+    let after = m.projection.metrics().await?;
+    let hits = |t: &str| metric_sum(t, "sg_cache_requests_total", "result=\"hit\",rpc=\"ListFollowers\"");
+    assert_eq!(hits(&after) - hits(&before), (window / 1000) as f64, "every page inside the window is a cache hit");
+
+    let mut deep = Vec::new();
+    let refused = loop {
+        match p.list_followers(page(token.clone())).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                deep.extend(r.followers.iter().map(|f| f.user_id));
+                token = r.next_page_token;
+            }
+            Err(e) => break e,
+        }
+        assert!(deep.len() <= 2_000, "the deep-page limit (2 a second) must refuse the third page at once");
+    };
+    assert_eq!(deep, (FOLLOWERS + 1 - window - 1999..=FOLLOWERS + 1 - window).rev().collect::<Vec<_>>(), "deep pages continue the list");
+    assert_eq!((refused.code(), socialgraph_server::reason_of(&refused).as_deref()), (Code::ResourceExhausted, Some("DEEP_PAGE_LIMITED")));
+    let retry = refused.get_error_details().retry_info().and_then(|r| r.retry_delay).expect("RetryInfo");
+    assert!(retry > Duration::ZERO && retry <= Duration::from_secs(1), "retry after {retry:?}");
+    tokio::time::sleep(retry).await;
+    let r = p.list_followers(page(token)).await?.into_inner();
+    assert_eq!(r.followers.len(), 1000, "after the wait the next deep page is served");
+    let text = m.projection.metrics().await?;
+    assert!(metric_sum(&text, "sg_cache_deep_pages_total", "result=\"refused\"") >= 1.0);
+
+    // Checks inside the window, outside it and of accounts that do not follow.
+    let mut candidates: Vec<i64> = (FOLLOWERS - 298..=FOLLOWERS + 1).collect();
+    candidates.extend(2..=301);
+    candidates.extend(100_000..100_300);
+    assert_eq!(check(&mut p, &candidates).await?, truth(&m, &candidates).await?, "first check (database for the outside ones)");
+    let before = m.projection.metrics().await?;
+    assert_eq!(check(&mut p, &candidates).await?, truth(&m, &candidates).await?, "second check (window and relationship hash)");
+    let after = m.projection.metrics().await?;
+    let checks = |t: &str| metric_sum(t, "sg_cache_requests_total", "result=\"hit\",rpc=\"BatchCheckFollowers\"");
+    assert_eq!(checks(&after) - checks(&before), 1.0, "the second check is answered by the cache alone");
+
+    // Events keep the remembered answers: an old follower leaves, a new account follows.
+    c.unfollow(UnfollowRequest { follower_id: 2, followee_id: 1 }).await?;
+    c.follow(FollowRequest { follower_id: 100_000, followee_id: 1 }).await?;
+    m.settle(SETTLE).await?;
+    let got = check(&mut p, &candidates).await?;
+    assert_eq!(got, truth(&m, &candidates).await?, "after an unfollow outside the window and a new follow");
+    assert_eq!((got[300], got[600].is_some()), (None, true));
+    m.assert_views_exact(&[1, 2, 100_000], SETTLE).await?;
+    m.stop().await
+}

@@ -1,0 +1,115 @@
+//! The list caches' windows and follower-relationship hashes on the real cache Redis: trimming
+//! to the newest entries, the boundary a fill sets, late copies of old follows after a fill,
+//! relationship entries kept by events and filled by reads, and the applied-batch marks.
+
+use std::time::Duration;
+
+use socialgraph_cache::keys::Keys;
+use socialgraph_cache::lists::{AppliedMark, CachedEdge, Direction, Limits, ListCache, Lookup, PageRead};
+use socialgraph_integration_tests::redis_conn;
+use socialgraph_testkit::{cache_redis_url, unique};
+
+const USER: i64 = 7;
+
+fn edge(peer_id: i64, version: i64, following: bool, followed_at_ms: i64) -> CachedEdge {
+    CachedEdge { peer_id, version, following, followed_at_ms }
+}
+
+/// A follower cache with a window of `window` under a fresh prefix.
+async fn fresh(window: usize, relationship_max: usize) -> anyhow::Result<(ListCache, Keys)> {
+    let url = cache_redis_url();
+    redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))?;
+    let keys = Keys::new(unique("cw") + ":");
+    let pool = socialgraph_cache::pool(&url, 2, Duration::from_secs(5))?;
+    let limits = Limits { window, relationship_max, ttl: Duration::from_secs(600), timeout: Duration::from_secs(5) };
+    Ok((ListCache::new(pool, keys.clone(), Direction::Followers, limits), keys))
+}
+
+fn ids(read: PageRead) -> (Vec<i64>, bool) {
+    match read {
+        PageRead::Hit(v) => (v.into_iter().map(|e| e.0).collect(), false),
+        PageRead::PastWindow(v) => (v.into_iter().map(|e| e.0).collect(), true),
+        PageRead::Miss => panic!("the list is cached"),
+    }
+}
+
+#[tokio::test]
+async fn a_window_keeps_the_newest_entries_and_sends_pages_past_it_to_the_database() -> anyhow::Result<()> {
+    let (cache, _) = fresh(3, 100).await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    // The database read: the newest three of five, the fourth as the boundary.
+    let read = [edge(5, 1, true, 500), edge(4, 1, true, 400), edge(3, 1, true, 300)];
+    assert!(cache.commit_fill(USER, &nonce, &read, Some((200, 2))).await?);
+    assert_eq!(ids(cache.page(USER, None, 3).await?), (vec![5, 4, 3], false));
+    assert_eq!(ids(cache.page(USER, None, 4).await?), (vec![5, 4, 3], true), "a fourth entry is past the window");
+    assert_eq!(ids(cache.page(USER, Some((400, 4)), 1).await?), (vec![3], false));
+    assert_eq!(ids(cache.page(USER, Some((300, 3)), 1).await?), (vec![], true));
+    assert_eq!(cache.count(USER).await?, None, "a window does not know the whole count");
+    assert_eq!(cache.lookup(USER, &[4, 2, 9], false).await?, vec![Lookup::Follows(400), Lookup::Unknown, Lookup::Unknown]);
+
+    // A new follower pushes the oldest out; the window still holds everything newer.
+    cache.apply(&[(USER, edge(6, 1, true, 600))], None).await?;
+    assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![6, 5, 4], true));
+    // An unfollow inside shrinks it; a follow restored with an old time stays outside.
+    cache.apply(&[(USER, edge(5, 2, false, 500)), (USER, edge(1, 3, true, 100))], None).await?;
+    assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![6, 4], true));
+    assert_eq!(cache.lookup(USER, &[5, 1], false).await?, vec![Lookup::Unknown, Lookup::Unknown], "outside the window: ask the database");
+    // Re-follow: a new time puts it back on top; the late copy of the unfollow changes nothing.
+    cache.apply(&[(USER, edge(5, 3, true, 700)), (USER, edge(5, 2, false, 500))], None).await?;
+    assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![5, 6, 4], true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fill_drops_what_landed_below_its_boundary_and_stops_late_copies_of_old_follows() -> anyhow::Result<()> {
+    let (cache, _) = fresh(2, 100).await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    // During the fill: an old follow restored (time 100) and a new one (time 900).
+    cache.apply(&[(USER, edge(1, 4, true, 100)), (USER, edge(9, 1, true, 900))], None).await?;
+    // The read: 5 and 4 newest, 3 the boundary; 8 was unfollowed at version 2 after the boundary.
+    let read = [edge(5, 1, true, 500), edge(4, 1, true, 400), edge(8, 2, false, 800)];
+    assert!(cache.commit_fill(USER, &nonce, &read, Some((300, 3))).await?);
+    assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![9, 5], true), "1 is below the boundary, 4 trimmed by 9");
+    // A copy of 8's old follow arrives after the fill: its tombstone from the read stops it.
+    assert_eq!(cache.apply(&[(USER, edge(8, 1, true, 800))], None).await?, 0);
+    assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![9, 5], true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn relationship_entries_are_kept_by_events_and_never_overwritten_by_an_older_read() -> anyhow::Result<()> {
+    let (cache, keys) = fresh(2, 3).await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert!(cache.commit_fill(USER, &nonce, &[edge(50, 1, true, 5_000), edge(40, 1, true, 4_000)], Some((3_000, 30))).await?);
+    // 10 and 20 are outside the window: unknown, and marked while the database is read.
+    assert_eq!(cache.lookup(USER, &[50, 10, 20], true).await?, vec![Lookup::Follows(5_000), Lookup::Unknown, Lookup::Unknown]);
+    // An event for 20 lands between the mark and the read's answer (which predates it).
+    cache.apply(&[(USER, edge(20, 3, false, 2_000))], None).await?;
+    cache.fill_relationships(USER, &[edge(10, 1, true, 1_000), edge(20, 2, true, 2_000)]).await?;
+    assert_eq!(cache.lookup(USER, &[10, 20], true).await?, vec![Lookup::Follows(1_000), Lookup::No], "the event's newer version wins");
+    // A candidate with no edge at all is remembered as a miss, until a follow event comes.
+    assert_eq!(cache.lookup(USER, &[11], true).await?, vec![Lookup::Unknown]);
+    cache.fill_relationships(USER, &[edge(11, 0, false, 0)]).await?;
+    assert_eq!(cache.lookup(USER, &[11], false).await?, vec![Lookup::No]);
+    cache.apply(&[(USER, edge(11, 1, true, 1_100))], None).await?;
+    assert_eq!(cache.lookup(USER, &[11], false).await?, vec![Lookup::Follows(1_100)]);
+    // Past relationship_max entries the hash is dropped, never grown.
+    assert_eq!(cache.lookup(USER, &[12], true).await?, vec![Lookup::Unknown]);
+    cache.fill_relationships(USER, &[edge(12, 0, false, 0)]).await?;
+    let exists: bool = redis::AsyncCommands::exists(&mut redis_conn(&cache_redis_url()).await?, &keys.list(false, USER)[2]).await?;
+    assert!(!exists, "four entries are over the maximum of three");
+    assert_eq!(cache.lookup(USER, &[10], false).await?, vec![Lookup::Unknown]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_batch_records_its_position_before_its_changes() -> anyhow::Result<()> {
+    let (cache, _) = fresh(10, 10).await?;
+    let key = unique("consumer/topic");
+    assert!(cache.applied(&key).await?.is_empty());
+    cache.apply(&[], Some(AppliedMark { key: &key, partition: 2, next_offset: 40 })).await?;
+    cache.apply(&[(USER, edge(1, 1, true, 1))], Some(AppliedMark { key: &key, partition: 0, next_offset: 7 })).await?;
+    let applied = cache.applied(&key).await?;
+    assert_eq!((applied.get(&0), applied.get(&2), applied.len()), (Some(&7), Some(&40), 2));
+    Ok(())
+}

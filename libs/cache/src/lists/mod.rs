@@ -1,0 +1,403 @@
+//! List caches in the cache Redis, kept by the event stream as pseudo-replicas (DESIGN.md §5
+//! and §8): each user's following list (`sg:flw:{uid}`) and the newest followers of each user
+//! (`sg:fan:{uid}`), both as a window of the newest `window` entries of the list.
+//!
+//! Three keys per user and direction, all tagged `{uid}`:
+//! - the sorted set: member = peer id as 8 big-endian bytes, score = followed_at (ms). Redis
+//!   orders equal scores by member bytes, so `ZREVRANGE` is the list order of the database:
+//!   (followed_at desc, peer id desc);
+//! - `…:v`, a hash: member → the edge's version, negative when the member is not in the set
+//!   (unfollowed, hidden, or older than the window), plus `_s` (state: `c` the whole list, `w`
+//!   only what is newer than the boundary `_bs`/`_bm`, `f:<nonce>` being filled, `x` too long)
+//!   and `_n` (members of the set);
+//! - `…:r`, the relationship hash of a very large account: candidate → `version:followed_at`
+//!   of its edge (version 0: none; negative: not following), or `p` while being read.
+//!
+//! How the races are closed:
+//! - **Replays, copies, reordering**: an entry changes only when its version is higher than the
+//!   stored one; a fill stores the versions of the unfollowed and hidden edges newer than the
+//!   window's boundary too, so a copy of an old follow that arrives after the fill cannot bring
+//!   an edge back. A follow's followed_at never decreases with its version, so a copy of an
+//!   edge older than the boundary would land outside the window anyway.
+//! - **A fill that read the database before a concurrent write**: a fill first puts a marker
+//!   (`_s = f:<nonce>`) and only then reads the database. From the marker on, every event is
+//!   applied to the (incomplete) entry, so a write the read missed is already in the cache with
+//!   a higher version than the read's, and the merge keeps it. Events applied before the marker
+//!   must be in the read: true for following lists (relation-svc commits an edge before its
+//!   event exists); for follower lists, read from the projection, which applies a batch to the
+//!   cache just before committing it, the fill reads the projection's offsets in the same
+//!   snapshot as the rows and commits only if they cover every batch the cache had applied
+//!   when the marker was set ([`ListCache::applied`]).
+//! - **Eviction** (the cache Redis may evict any key): every script runs atomically and first
+//!   checks that the set and the hash agree (`ZCARD = _n`); when one was evicted it deletes the
+//!   other and the list counts as not cached. A fill whose marker was evicted or replaced marks
+//!   nothing served. A relationship entry that is gone stays gone until asked again.
+//! - **Windows**: adding to a window drops its oldest members; what is dropped becomes the
+//!   boundary, so the set always holds every followed entry newer than the boundary. Removals
+//!   only shrink the window.
+
+mod scripts;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::keys::Keys;
+use crate::{CacheError, Pool};
+
+/// Which list of a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The accounts the user follows (`sg:flw:{uid}`), owner = follower.
+    Following,
+    /// The accounts following the user (`sg:fan:{uid}`), owner = followee.
+    Followers,
+}
+
+/// One edge as a list cache holds it, seen from the list's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachedEdge {
+    /// The other end: the followee of a following list, the follower of a follower list.
+    pub peer_id: i64,
+    /// The edge's version (grows with every change of the edge; 0: no edge at all).
+    pub version: i64,
+    /// Whether the edge is followed at that version (hidden and unfollowed edges are not).
+    pub following: bool,
+    /// When the follow happened (ms since the epoch); the list's sort key.
+    pub followed_at_ms: i64,
+}
+
+/// What a page read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageRead {
+    /// The page, (peer id, followed_at ms) in list order; complete for the request.
+    Hit(Vec<(i64, i64)>),
+    /// The list is not cached.
+    Miss,
+    /// The list is cached as a window and the page runs past it (a deep page): the entries
+    /// of the page that the window holds.
+    PastWindow(Vec<(i64, i64)>),
+}
+
+/// What the cache knows of one edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Followed since this time (ms).
+    Follows(i64),
+    /// Not followed.
+    No,
+    /// Not known here: ask the database.
+    Unknown,
+}
+
+/// Sizes and times of a list cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most entries of a cached list; a longer list keeps its newest ones.
+    pub window: usize,
+    /// Most candidates remembered per account in the relationship hash.
+    pub relationship_max: usize,
+    /// Lifetime of a cached list after its fill (the cache Redis may evict it earlier).
+    pub ttl: Duration,
+    /// Longest wait for one call.
+    pub timeout: Duration,
+}
+
+/// Where the projection's batch applied to the cache stands: written in the same round trip
+/// as the batch, before it, so a fill can tell whether its database read covers it.
+#[derive(Debug, Clone, Copy)]
+pub struct AppliedMark<'a> {
+    /// Names the consumer and topic (`consumer/topic`).
+    pub key: &'a str,
+    /// The batch's partition.
+    pub partition: i32,
+    /// The batch's next offset.
+    pub next_offset: i64,
+}
+
+struct Scripts {
+    apply: Script,
+    fill_begin: Script,
+    fill_commit: Script,
+    too_long: Script,
+    page: Script,
+    lookup: Script,
+    rel_fill: Script,
+    count: Script,
+}
+
+/// Both list caches of one cache Redis, over one pool.
+#[derive(Clone)]
+pub struct ListCaches {
+    /// Following lists (`sg:flw`), filled by relation-svc from `following`.
+    pub following: ListCache,
+    /// Follower windows (`sg:fan`), filled by projection-svc from `follower`.
+    pub followers: ListCache,
+}
+
+/// One list cache (one direction) of one cache Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct ListCache {
+    pool: Pool,
+    keys: Keys,
+    direction: Direction,
+    limits: Limits,
+    scripts: Arc<Scripts>,
+}
+
+/// The 8-byte member of a peer (big-endian, so byte order is numeric order for ids > 0).
+fn member(id: i64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+fn id_of(m: &[u8]) -> Result<i64, CacheError> {
+    m.try_into().map(i64::from_be_bytes).map_err(|_| CacheError::Unavailable("malformed cached member".into()))
+}
+
+fn ms_of(score: &[u8]) -> Result<i64, CacheError> {
+    std::str::from_utf8(score)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(|f| f as i64)
+        .ok_or_else(|| CacheError::Unavailable("malformed cached score".into()))
+}
+
+impl ListCache {
+    /// The `direction` lists of one cache Redis over `pool`, keys under `keys`' prefix.
+    pub fn new(pool: Pool, keys: Keys, direction: Direction, limits: Limits) -> Self {
+        let s = |body: &str| Script::new(&format!("{}{body}", scripts::COMMON));
+        let scripts = Scripts {
+            apply: s(scripts::APPLY),
+            fill_begin: s(scripts::FILL_BEGIN),
+            fill_commit: s(scripts::FILL_COMMIT),
+            too_long: s(scripts::TOO_LONG),
+            page: s(scripts::PAGE),
+            lookup: s(scripts::LOOKUP),
+            rel_fill: s(scripts::REL_FILL),
+            count: s(scripts::COUNT),
+        };
+        Self { pool, keys, direction, limits, scripts: Arc::new(scripts) }
+    }
+
+    /// The cache's limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn ttl_secs(&self) -> u64 {
+        self.limits.ttl.as_secs().max(1)
+    }
+
+    /// `script` with the three keys of `user_id`'s list.
+    fn invocation<'a>(&self, script: &'a Script, user_id: i64) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        for k in self.keys.list(self.direction == Direction::Following, user_id) {
+            inv.key(k);
+        }
+        inv
+    }
+
+    async fn run<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, CacheError> {
+        crate::within(self.limits.timeout, async { Ok(inv.invoke_async::<T>(&mut crate::conn(&self.pool).await?).await?) }).await
+    }
+
+    /// Up to `limit` entries (peer id, followed_at ms) of `user_id`'s list in list order,
+    /// strictly after `after` = (followed_at ms, peer id) when given.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn page(&self, user_id: i64, after: Option<(i64, i64)>, limit: usize) -> Result<PageRead, CacheError> {
+        let mut inv = self.invocation(&self.scripts.page, user_id);
+        match after {
+            Some((ms, peer)) => inv.arg(ms).arg(member(peer).as_slice()),
+            None => inv.arg("").arg(""),
+        };
+        inv.arg(limit);
+        let flat: Option<Vec<Vec<u8>>> = self.run(inv).await?;
+        let Some(flat) = flat else { return Ok(PageRead::Miss) };
+        let windowed = flat.first().is_some_and(|s| s.as_slice() == b"w");
+        let entries = flat[1..].chunks_exact(2).map(|p| Ok((id_of(&p[0])?, ms_of(&p[1])?))).collect::<Result<Vec<_>, CacheError>>()?;
+        Ok(if windowed && entries.len() < limit { PageRead::PastWindow(entries) } else { PageRead::Hit(entries) })
+    }
+
+    /// What the cache knows of `user_id`'s edge to each of `others`, in input order: from the
+    /// list, else (follower windows) from the relationship hash.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn lookup(&self, user_id: i64, others: &[i64], mark: bool) -> Result<Vec<Lookup>, CacheError> {
+        let answers: Vec<Vec<u8>> = self.run(self.lookup_invocation(user_id, others, mark)).await?;
+        lookups(&answers)
+    }
+
+    /// [`Self::lookup`] that marks the unknown candidates pending for
+    /// [`Self::fill_relationships`], and then, in the same round trip, reads the positions
+    /// applied under `applied_key` ([`Self::applied`]): the database read that fills them must
+    /// cover those positions.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn lookup_marking(&self, user_id: i64, others: &[i64], applied_key: &str) -> Result<(Vec<Lookup>, HashMap<i32, i64>), CacheError> {
+        let inv = self.lookup_invocation(user_id, others, true);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&inv).hgetall(self.keys.cache_applied(applied_key));
+        let (answers, applied): (Vec<Vec<u8>>, HashMap<i32, i64>) =
+            crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[&self.scripts.lookup]).await?;
+        Ok((lookups(&answers)?, applied))
+    }
+
+    fn lookup_invocation(&self, user_id: i64, others: &[i64], mark: bool) -> redis::ScriptInvocation<'_> {
+        let mut inv = self.invocation(&self.scripts.lookup, user_id);
+        inv.arg(if mark { "1" } else { "0" }).arg(self.ttl_secs());
+        for o in others {
+            inv.arg(member(*o).as_slice());
+        }
+        inv
+    }
+
+    /// Remembers the edges of `user_id` read from the database for candidates that
+    /// [`Self::lookup`] marked (version 0: no edge); entries changed meanwhile by a newer event
+    /// keep it. The hash is dropped when it grows past `relationship_max`.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn fill_relationships(&self, user_id: i64, edges: &[CachedEdge]) -> Result<(), CacheError> {
+        let mut inv = self.invocation(&self.scripts.rel_fill, user_id);
+        inv.arg(self.limits.relationship_max).arg(self.ttl_secs());
+        push_edges(&mut inv, edges);
+        self.run::<i64>(inv).await.map(|_| ())
+    }
+
+    /// How many entries `user_id`'s list has; `None` unless the whole list is cached.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn count(&self, user_id: i64) -> Result<Option<i64>, CacheError> {
+        let n: i64 = self.run(self.invocation(&self.scripts.count, user_id)).await?;
+        Ok((n >= 0).then_some(n))
+    }
+
+    /// Starts filling `user_id`'s list: `None` when it is already served or known to be too
+    /// long to cache, else the fill's nonce, to pass to [`Self::commit_fill`] with the database
+    /// read made **after** this call.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn begin_fill(&self, user_id: i64) -> Result<Option<String>, CacheError> {
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let mut inv = self.invocation(&self.scripts.fill_begin, user_id);
+        inv.arg(&nonce).arg(self.ttl_secs());
+        let state: String = self.run(inv).await?;
+        Ok((state == "f").then_some(nonce))
+    }
+
+    /// Remembers for the cache's TTL that `user_id`'s list cannot be cached (its fill would
+    /// read too many rows): reads then go to the database without a fill.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn mark_too_long(&self, user_id: i64) -> Result<(), CacheError> {
+        let mut inv = self.invocation(&self.scripts.too_long, user_id);
+        inv.arg(self.ttl_secs());
+        self.run::<i64>(inv).await.map(|_| ())
+    }
+
+    /// Ends the fill `nonce` of `user_id` with `edges` read from the database after
+    /// [`Self::begin_fill`]: the newest followed entries (at most `window`) and every
+    /// not-followed edge newer than `boundary`. `boundary` = (followed_at ms, peer id) of the
+    /// newest followed entry left out, `None` when the read holds the whole list. True when the
+    /// list is now served (false: the marker was evicted or another fill took over).
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn commit_fill(&self, user_id: i64, nonce: &str, edges: &[CachedEdge], boundary: Option<(i64, i64)>) -> Result<bool, CacheError> {
+        let mut inv = self.invocation(&self.scripts.fill_commit, user_id);
+        inv.arg(nonce).arg(self.ttl_secs()).arg(self.limits.window);
+        match boundary {
+            Some((ms, peer)) => inv.arg(ms).arg(member(peer).as_slice()),
+            None => inv.arg("").arg(""),
+        };
+        push_edges(&mut inv, edges);
+        let done: i64 = self.run(inv).await?;
+        Ok(done == 1)
+    }
+
+    /// Applies edge changes (owner id, edge) from the event stream or a write, in one round
+    /// trip: each one changes a cached (or being-filled) list and relationship entry only when
+    /// its version is newer than the cached one, so copies, replays and reordering are
+    /// harmless. `mark` (the projection's batches) records the batch's position first. Returns
+    /// the list entries changed.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing: the caller must treat those lists as stale.
+    pub async fn apply(&self, changes: &[(i64, CachedEdge)], mark: Option<AppliedMark<'_>>) -> Result<u64, CacheError> {
+        let mut by_user: BTreeMap<i64, Vec<CachedEdge>> = BTreeMap::new();
+        for (owner, e) in changes {
+            by_user.entry(*owner).or_default().push(*e);
+        }
+        let mut pipe = redis::pipe();
+        if let Some(m) = mark {
+            pipe.hset(self.keys.cache_applied(m.key), m.partition, m.next_offset).ignore();
+        }
+        for (user, edges) in &by_user {
+            let mut inv = self.invocation(&self.scripts.apply, *user);
+            inv.arg(self.limits.window);
+            push_edges(&mut inv, edges);
+            pipe.invoke_script(&inv);
+        }
+        if by_user.is_empty() && mark.is_none() {
+            return Ok(0);
+        }
+        let counts: Vec<u64> = crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[&self.scripts.apply]).await?;
+        Ok(counts.iter().sum())
+    }
+
+    /// Per partition, the next offset of the last batch applied to the cache under `key`
+    /// ([`AppliedMark::key`]).
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn applied(&self, key: &str) -> Result<HashMap<i32, i64>, CacheError> {
+        let key = self.keys.cache_applied(key);
+        crate::within(self.limits.timeout, async {
+            Ok(redis::AsyncCommands::hgetall::<_, HashMap<i32, i64>>(&mut crate::conn(&self.pool).await?, key).await?)
+        })
+        .await
+    }
+
+    /// Drops the cached lists (and relationship hashes) of `users`; their next read fills them
+    /// from the database.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn evict(&self, users: &[i64]) -> Result<(), CacheError> {
+        if users.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for u in users {
+            pipe.del(&self.keys.list(self.direction == Direction::Following, *u)).ignore();
+        }
+        crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[]).await
+    }
+}
+
+fn lookups(answers: &[Vec<u8>]) -> Result<Vec<Lookup>, CacheError> {
+    answers
+        .iter()
+        .map(|a| match a.as_slice() {
+            b"n" => Ok(Lookup::No),
+            b"u" => Ok(Lookup::Unknown),
+            score => ms_of(score).map(Lookup::Follows),
+        })
+        .collect()
+}
+
+fn push_edges(inv: &mut redis::ScriptInvocation<'_>, edges: &[CachedEdge]) {
+    for e in edges {
+        let version = if e.following { e.version } else { -e.version };
+        inv.arg(member(e.peer_id).as_slice()).arg(version).arg(e.followed_at_ms);
+    }
+}

@@ -1,0 +1,229 @@
+//! The Lua of the list caches ([`super`]). Every script gets three keys of one user, all
+//! tagged `{uid}`: `KEYS[1]` the sorted set, `KEYS[2]` the hash of versions and state,
+//! `KEYS[3]` the relationship hash (used by follower windows only).
+//!
+//! Members are ids as 8 big-endian bytes, so byte order is numeric order for ids > 0 and
+//! Redis' order of equal scores (by member bytes) is the database's tie order (peer id).
+//! A version in `KEYS[2]` is negative when the member is not in the set at that version
+//! (unfollowed, hidden, or older than a window's boundary).
+
+/// Shared by every script:
+/// - `consistent()`: the set holds as many members as `_n` says; when not (one of the two keys
+///   was evicted) it deletes both and answers false.
+/// - `ok()`: the state when the list is served (`c` complete, `w` newest members only).
+/// - `newer(a, b)`: member `a` sorts after member `b` (bytewise).
+/// - `inwin(score, m)`: `(score, m)` is newer than the window's boundary (always true unless
+///   the state is `w`).
+/// - `merge(m, version, score)`: applies one change when its version is newer than the stored
+///   one; a followed entry at or below the boundary is stored as not in the set.
+/// - `trim(window)`: keeps the newest `window` members; the ones dropped become negative and
+///   the newest of them the boundary (`_bs` score, `_bm` member), state `w`.
+/// - `rel(m, version, score)`: updates the relationship hash entry of `m` if one is there.
+pub const COMMON: &str = r"
+local function consistent()
+  local n = tonumber(redis.call('HGET', KEYS[2], '_n') or '-1')
+  if redis.call('ZCARD', KEYS[1]) ~= n then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    return false
+  end
+  return true
+end
+local function state()
+  return redis.call('HGET', KEYS[2], '_s')
+end
+local function ok()
+  local s = state()
+  if (s == 'c' or s == 'w') and consistent() then return s end
+  return false
+end
+local function newer(a, b)
+  for i = 1, 8 do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return false
+end
+local function inwin(score, m)
+  if state() ~= 'w' then return true end
+  local s, bs = tonumber(score), tonumber(redis.call('HGET', KEYS[2], '_bs'))
+  if s ~= bs then return s > bs end
+  return newer(m, redis.call('HGET', KEYS[2], '_bm'))
+end
+local function merge(m, version, score)
+  local old = tonumber(redis.call('HGET', KEYS[2], m) or '0')
+  if math.abs(version) <= math.abs(old) then return 0 end
+  if version > 0 and not inwin(score, m) then version = -version end
+  redis.call('HSET', KEYS[2], m, version)
+  if version > 0 then
+    if old <= 0 then redis.call('HINCRBY', KEYS[2], '_n', 1) end
+    redis.call('ZADD', KEYS[1], score, m)
+  elseif old > 0 then
+    redis.call('HINCRBY', KEYS[2], '_n', -1)
+    redis.call('ZREM', KEYS[1], m)
+  end
+  return 1
+end
+local function drop(m)
+  local v = tonumber(redis.call('HGET', KEYS[2], m))
+  redis.call('HSET', KEYS[2], m, -math.abs(v))
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('HINCRBY', KEYS[2], '_n', -1)
+end
+local function trim(window)
+  local over = redis.call('ZCARD', KEYS[1]) - window
+  if over <= 0 then return end
+  local out = redis.call('ZRANGE', KEYS[1], 0, over - 1, 'WITHSCORES')
+  for i = 1, #out, 2 do drop(out[i]) end
+  redis.call('HSET', KEYS[2], '_s', 'w', '_bs', out[#out], '_bm', out[#out - 1])
+end
+local function rel(m, version, score)
+  local cur = redis.call('HGET', KEYS[3], m)
+  if not cur then return end
+  if cur ~= 'p' and math.abs(version) <= math.abs(tonumber(string.match(cur, '^(-?%d+)'))) then return end
+  redis.call('HSET', KEYS[3], m, version .. ':' .. score)
+end
+";
+
+/// APPLY: ARGV = window, (member, signed version, score)*. Updates the relationship hash's
+/// entries, then merges into a list that is served or being filled and trims it to the
+/// window; returns the list entries changed (0 when the list is not cached).
+pub const APPLY: &str = r"
+for i = 2, #ARGV, 3 do rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+local s = state()
+if not s or not (s == 'c' or s == 'w' or string.sub(s, 1, 2) == 'f:') then return 0 end
+if not consistent() then return 0 end
+local changed = 0
+for i = 2, #ARGV, 3 do
+  changed = changed + merge(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2])
+end
+if s == 'c' or s == 'w' then trim(tonumber(ARGV[1])) end
+return changed
+";
+
+/// FILL_BEGIN: ARGV = nonce, ttl (s). Returns the state when the list is already served (`c`
+/// or `w`), `x` when it is known to be too long to cache, else starts (or takes over) a fill
+/// under `nonce` and returns `f`.
+pub const FILL_BEGIN: &str = r"
+if state() == 'x' then return 'x' end
+local served = ok()
+if served then return served end
+local s = state()
+if not (s and string.sub(s, 1, 2) == 'f:' and consistent()) then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('HSET', KEYS[2], '_n', 0)
+end
+redis.call('HSET', KEYS[2], '_s', 'f:' .. ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 'f'
+";
+
+/// FILL_COMMIT: ARGV = nonce, ttl (s), window, boundary score ('' when the read holds the
+/// whole list), boundary member, (member, signed version, score)* of the database read (the
+/// newest followed entries and the not-followed ones newer than the boundary). Merges, sets
+/// the boundary, drops what is not newer than it, trims, and marks the list served if the
+/// fill's marker is still there; returns 1, else 0.
+pub const FILL_COMMIT: &str = r"
+if state() ~= 'f:' .. ARGV[1] then return 0 end
+if not consistent() then return 0 end
+for i = 6, #ARGV, 3 do
+  merge(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2])
+end
+if ARGV[4] == '' then
+  redis.call('HSET', KEYS[2], '_s', 'c')
+else
+  redis.call('HSET', KEYS[2], '_s', 'w', '_bs', ARGV[4], '_bm', ARGV[5])
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])) do
+    if not inwin(redis.call('ZSCORE', KEYS[1], m), m) then drop(m) end
+  end
+end
+trim(tonumber(ARGV[3]))
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+";
+
+/// TOO_LONG: ARGV = ttl (s). Remembers for `ttl` that the list cannot be cached (state `x`, no
+/// entries), so reads go to the database without trying to fill it.
+pub const TOO_LONG: &str = r"
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], '_s', 'x')
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return 1
+";
+
+/// PAGE: ARGV = cursor score ('' for the first page), cursor member, limit. Returns false when
+/// not served, else the state (`c` or `w`) then member, score, … in list order. With state
+/// `w`, fewer entries than `limit` means the page runs past the window.
+pub const PAGE: &str = r"
+local s = ok()
+if not s then return false end
+local start = 0
+if ARGV[1] ~= '' then
+  start = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
+  -- Ties at the cursor's score come before it when their member is not below the cursor's
+  -- (the cursor's own entry included).
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])) do
+    if not newer(ARGV[2], m) then start = start + 1 end
+  end
+end
+local limit = tonumber(ARGV[3])
+local out = {s}
+if limit <= 0 then return out end
+for _, v in ipairs(redis.call('ZREVRANGE', KEYS[1], start, start + limit - 1, 'WITHSCORES')) do
+  out[#out + 1] = v
+end
+return out
+";
+
+/// LOOKUP: ARGV = mark ('1': mark unknown members pending in the relationship hash), ttl (s),
+/// members. Per member: its score when followed, 'n' when not, 'u' when neither the list nor
+/// the relationship hash knows (the caller asks the database).
+pub const LOOKUP: &str = r"
+local s = ok()
+local out = {}
+local marked = false
+for i = 3, #ARGV do
+  local m = ARGV[i]
+  local score = s and redis.call('ZSCORE', KEYS[1], m)
+  if score then
+    out[#out + 1] = score
+  elseif s == 'c' then
+    out[#out + 1] = 'n'
+  else
+    local cur = redis.call('HGET', KEYS[3], m)
+    if cur and cur ~= 'p' then
+      local v, at = string.match(cur, '^(-?%d+):(.*)$')
+      if tonumber(v) > 0 then out[#out + 1] = at else out[#out + 1] = 'n' end
+    else
+      out[#out + 1] = 'u'
+      if ARGV[1] == '1' and not cur then
+        redis.call('HSET', KEYS[3], m, 'p')
+        marked = true
+      end
+    end
+  end
+end
+if marked then redis.call('EXPIRE', KEYS[3], ARGV[2]) end
+return out
+";
+
+/// REL_FILL: ARGV = max entries, ttl (s), (member, signed version, score)* read from the
+/// database after LOOKUP marked them (version 0: no edge). Sets entries still pending or older;
+/// an entry that is gone (evicted) stays gone. Deletes the hash when it holds more than `max`.
+pub const REL_FILL: &str = r"
+for i = 3, #ARGV, 3 do
+  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 1 then rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+end
+if redis.call('HLEN', KEYS[3]) > tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[3])
+else
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+return 1
+";
+
+/// COUNT: -1 unless the list is complete, else its members.
+pub const COUNT: &str = r"
+if ok() ~= 'c' then return -1 end
+return redis.call('ZCARD', KEYS[1])
+";

@@ -1,0 +1,329 @@
+//! projection-svc's side of the list caches ([`socialgraph_cache::lists`]): follower pages from
+//! each account's window of newest followers (`cache.followers_window`), deep pages past it
+//! read from the database under a per-instance rate limit, and BatchCheckFollowers answered
+//! from the window, then from the account's relationship hash, then from one database query
+//! whose answers fill the hash.
+//!
+//! The cache never decides an answer on its own: a miss reads the database (and starts a fill
+//! in the background); a cache that is down, slow or failing answers nothing and the read goes
+//! to the database (`sg_cache_requests_total{result="fallback"}`, no deep-page limit then: the
+//! window cannot tell what is deep).
+//!
+//! Fills read `follower`, which this service writes itself, and a batch reaches the cache just
+//! before its transaction commits. So a fill reads its rows and the stored offsets in one
+//! snapshot, and writes to the cache only when those offsets cover every batch the cache had
+//! applied when its marker was set ([`covered`]); a fill that cannot see that within
+//! [`FILL_WAIT`] gives up (`result="behind"`) and a later miss tries again.
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use prometheus::{IntCounterVec, Opts, Registry};
+use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
+use socialgraph_cache::lists::{CachedEdge, ListCaches, Lookup, PageRead};
+use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
+use socialgraph_server::{ApiError, ApiResult, db_error};
+use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_storage::offsets::{self, StoredOffset};
+use socialgraph_storage::windows::{self, WindowRead};
+use tokio::sync::Semaphore;
+
+/// Background fills running at once per instance.
+pub const FILL_SLOTS: usize = 8;
+
+/// Longest a fill waits for the projection's commits to cover the batches already applied to
+/// the cache.
+pub const FILL_WAIT: Duration = Duration::from_secs(2);
+
+/// A fill also reads the unfollowed edges inside the window; an account with more than this
+/// many per cached follower is not cached (marked too long).
+pub const NOT_FOLLOWED_MAX_PER_WINDOW: usize = 4;
+
+/// Reason of the RESOURCE_EXHAUSTED answer to a deep page over the limit.
+pub const DEEP_PAGE_LIMITED: &str = "DEEP_PAGE_LIMITED";
+
+/// Metrics of the list caches in projection-svc.
+#[derive(Clone)]
+pub struct CacheMetrics {
+    /// Reads by `cache`, `rpc` and `result` (hit, miss, past_window, partial, fallback).
+    pub requests: IntCounterVec,
+    /// Fills by `cache` and `result` (cached, raced, too_long, behind, skipped, failed).
+    pub fills: IntCounterVec,
+    /// Deep follower pages by `result` (allowed, refused).
+    pub deep_pages: IntCounterVec,
+}
+
+impl CacheMetrics {
+    /// Registers `sg_cache_requests_total`, `sg_cache_fills_total` and
+    /// `sg_cache_deep_pages_total` in `registry`.
+    ///
+    /// # Errors
+    /// A metric of the same name is already registered.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let requests = IntCounterVec::new(
+            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (hit, miss, past_window, partial, fallback)"),
+            &["cache", "rpc", "result"],
+        )?;
+        let fills = IntCounterVec::new(Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result"), &["cache", "result"])?;
+        let deep_pages = IntCounterVec::new(
+            Opts::new("sg_cache_deep_pages_total", "Follower pages past the cached window, by result (allowed, refused)"),
+            &["result"],
+        )?;
+        for m in [&requests, &fills, &deep_pages] {
+            registry.register(Box::new(m.clone()))?;
+        }
+        Ok(Self { requests, fills, deep_pages })
+    }
+}
+
+/// The list caches as projection-svc holds them.
+pub struct Caches {
+    /// Both directions (the projector applies events to both; reads use the followers).
+    pub lists: ListCaches,
+    /// Metrics.
+    pub metrics: CacheMetrics,
+    /// The consumer (its name in `consumer_offset`) and topic whose batches the cache holds.
+    position: (String, String),
+    /// Deep pages read from the database per second (per instance).
+    deep_pages: DefaultDirectRateLimiter,
+    fill_slots: Arc<Semaphore>,
+    filling: std::sync::Mutex<HashSet<i64>>,
+}
+
+impl Caches {
+    /// The caches kept from `consumer`'s batches of `topic`, with `deep_pages_per_sec` deep
+    /// pages a second (a burst of as many).
+    pub fn new(lists: ListCaches, consumer: &str, topic: &str, deep_pages_per_sec: u32, metrics: CacheMetrics) -> Self {
+        let rate = NonZeroU32::new(deep_pages_per_sec).unwrap_or(NonZeroU32::MIN);
+        Self {
+            lists,
+            metrics,
+            position: (consumer.to_owned(), topic.to_owned()),
+            deep_pages: RateLimiter::direct(Quota::per_second(rate)),
+            fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)),
+            filling: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The key of the positions this projection applied to the cache.
+    pub fn applied_key(&self) -> String {
+        format!("{}/{}", self.position.0, self.position.1)
+    }
+
+    fn count(&self, rpc: &str, result: &str) {
+        self.metrics.requests.with_label_values(&["followers", rpc, result]).inc();
+    }
+
+    /// Takes a deep-page permit.
+    ///
+    /// # Errors
+    /// RESOURCE_EXHAUSTED [`DEEP_PAGE_LIMITED`] with RetryInfo when the rate is spent.
+    fn deep_page(&self) -> ApiResult<()> {
+        match self.deep_pages.check() {
+            Ok(()) => {
+                self.metrics.deep_pages.with_label_values(&["allowed"]).inc();
+                Ok(())
+            }
+            Err(not_until) => {
+                self.metrics.deep_pages.with_label_values(&["refused"]).inc();
+                let retry_after = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+                Err(ApiError::ResourceExhausted {
+                    reason: DEEP_PAGE_LIMITED,
+                    message: "follower pages past the newest cached followers are rate limited; retry later".into(),
+                    retry_after: retry_after.max(Duration::from_millis(1)),
+                })
+            }
+        }
+    }
+}
+
+/// What a follower page read from the cache gave.
+pub(crate) enum PageAnswer {
+    /// The entries (with the lookahead entry when more follow).
+    Entries(Vec<ListEntry>),
+    /// Read the database (a miss, a fallback, or an allowed deep page).
+    Database,
+}
+
+fn entries(v: Vec<(i64, i64)>) -> Vec<ListEntry> {
+    v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()
+}
+
+impl Caches {
+    /// A follower page of `size` entries (asks `size + 1` for the lookahead) from the window.
+    ///
+    /// # Errors
+    /// RESOURCE_EXHAUSTED for a deep page over the limit.
+    pub(crate) async fn follower_page(
+        self: &Arc<Self>,
+        db: &DatabaseConnection,
+        user_id: i64,
+        after: Option<Cursor>,
+        size: usize,
+    ) -> ApiResult<PageAnswer> {
+        let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
+        let read = match self.lists.followers.page(user_id, cursor, size + 1).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "cache unavailable: reading the database");
+                self.count("ListFollowers", "fallback");
+                return Ok(PageAnswer::Database);
+            }
+        };
+        match read {
+            PageRead::Hit(v) => {
+                self.count("ListFollowers", "hit");
+                Ok(PageAnswer::Entries(entries(v)))
+            }
+            // The window ends exactly after this page: serve it, with a token for the next.
+            PageRead::PastWindow(mut v) if v.len() == size && size > 0 => {
+                self.count("ListFollowers", "hit");
+                v.push(v[size - 1]);
+                Ok(PageAnswer::Entries(entries(v)))
+            }
+            PageRead::PastWindow(_) => {
+                self.count("ListFollowers", "past_window");
+                self.deep_page().map(|()| PageAnswer::Database)
+            }
+            PageRead::Miss => {
+                self.count("ListFollowers", "miss");
+                self.spawn_fill(db, user_id);
+                Ok(PageAnswer::Database)
+            }
+        }
+    }
+
+    /// For each candidate, in request order: when it followed `user_id`, if it does. From the
+    /// window, then the relationship hash, then one database query for the rest (whose
+    /// answers fill the hash).
+    ///
+    /// # Errors
+    /// UNAVAILABLE when the database fails.
+    pub(crate) async fn check_followers(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
+        let rpc = "BatchCheckFollowers";
+        let looked = match self.lists.followers.lookup_marking(user_id, candidates, &self.applied_key()).await {
+            Ok((looked, applied)) => Some((applied, looked)),
+            Err(e) => {
+                tracing::debug!(error = %e, "cache unavailable: reading the database");
+                None
+            }
+        };
+        let Some((applied, looked)) = looked else {
+            self.count(rpc, "fallback");
+            let (found, _) = self.read_checks(db, user_id, candidates).await.map_err(db_error)?;
+            return Ok(candidates.iter().map(|c| found.get(c).filter(|e| e.state == EdgeState::Following).map(|e| e.followed_at_ms)).collect());
+        };
+        let unknown: Vec<i64> = candidates.iter().zip(&looked).filter(|(_, l)| **l == Lookup::Unknown).map(|(c, _)| *c).collect();
+        let mut answers: Vec<Option<i64>> = looked.iter().map(|l| if let Lookup::Follows(ms) = l { Some(*ms) } else { None }).collect();
+        if unknown.is_empty() {
+            self.count(rpc, "hit");
+            return Ok(answers);
+        }
+        self.count(rpc, if unknown.len() == candidates.len() { "miss" } else { "partial" });
+        let (found, stored) = self.read_checks(db, user_id, &unknown).await.map_err(db_error)?;
+        for (answer, c) in answers.iter_mut().zip(candidates) {
+            if let Some(e) = found.get(c) {
+                *answer = (e.state == EdgeState::Following).then_some(e.followed_at_ms);
+            }
+        }
+        if covered(&applied, &stored) {
+            let remembered: Vec<CachedEdge> = unknown
+                .iter()
+                .map(|c| found.get(c).map_or(CachedEdge { peer_id: *c, version: 0, following: false, followed_at_ms: 0 }, cached_follower))
+                .collect();
+            if let Err(e) = self.lists.followers.fill_relationships(user_id, &remembered).await {
+                tracing::debug!(error = %e, "could not remember follower relationships");
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Starts filling `user_id`'s follower window in the background, unless its fill already
+    /// runs here or [`FILL_SLOTS`] fills do.
+    fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64) {
+        let Ok(permit) = Arc::clone(&self.fill_slots).try_acquire_owned() else { return };
+        if !self.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(user_id) {
+            return;
+        }
+        let (this, db) = (Arc::clone(self), db.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let result = this.fill(&db, user_id).await.unwrap_or_else(|e| {
+                tracing::debug!(user_id, error = %e, "follower window fill failed");
+                "failed"
+            });
+            this.metrics.fills.with_label_values(&["followers", result]).inc();
+            this.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&user_id);
+        });
+    }
+
+    /// Fills `user_id`'s follower window: marker, then the positions applied to the cache,
+    /// then the database read (rows and offsets in one snapshot), repeated until the offsets
+    /// cover those positions, then the merge.
+    async fn fill(&self, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
+        let cache = &self.lists.followers;
+        let Some(nonce) = cache.begin_fill(user_id).await? else { return Ok("skipped") };
+        let applied = cache.applied(&self.applied_key()).await?;
+        let window = cache.limits().window;
+        let deadline = tokio::time::Instant::now() + FILL_WAIT;
+        let read = loop {
+            let (read, stored) = self.read_window(db, user_id, window).await?;
+            if covered(&applied, &stored) {
+                break read;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok("behind");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let Some(read) = read else {
+            cache.mark_too_long(user_id).await?;
+            return Ok("too_long");
+        };
+        let cached: Vec<CachedEdge> = read.followed.iter().chain(&read.not_followed).map(cached_follower).collect();
+        Ok(if cache.commit_fill(user_id, &nonce, &cached, read.boundary).await? { "cached" } else { "raced" })
+    }
+}
+
+/// The cache's form of a `follower` edge (peer = the follower).
+pub(crate) fn cached_follower(e: &Edge) -> CachedEdge {
+    CachedEdge { peer_id: e.follower_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
+}
+
+/// True when the stored offsets cover every position the cache had applied (same partition,
+/// next offset at least as far).
+fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
+    applied.iter().all(|(p, next)| stored.iter().any(|s| s.partition == *p && s.next_offset >= *next))
+}
+
+async fn snapshot(db: &DatabaseConnection) -> Result<sea_orm::DatabaseTransaction, DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Sqlite => db.begin().await,
+        _ => db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await,
+    }
+}
+
+impl Caches {
+    /// `user_id`'s window read and the stored offsets, in one snapshot.
+    async fn read_window(&self, db: &DatabaseConnection, user_id: i64, window: usize) -> Result<(Option<WindowRead>, Vec<StoredOffset>), DbErr> {
+        let txn = snapshot(db).await?;
+        let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
+        let read = windows::read(&txn, EdgeTable::Follower, user_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
+        txn.commit().await?;
+        Ok((read, stored))
+    }
+
+    /// The follower rows (candidate → edge) of `candidates` to `user_id` and the stored offsets,
+    /// in one snapshot.
+    async fn read_checks(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> Result<(HashMap<i64, Edge>, Vec<StoredOffset>), DbErr> {
+        let txn = snapshot(db).await?;
+        let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
+        let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();
+        let found = edges::get_many(&txn, EdgeTable::Follower, &pairs, false).await?.into_iter().map(|e| (e.follower_id, e)).collect();
+        txn.commit().await?;
+        Ok((found, stored))
+    }
+}
