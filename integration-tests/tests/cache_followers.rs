@@ -120,3 +120,59 @@ async fn a_very_large_account_is_served_from_its_window_with_deep_pages_limited_
     m.assert_views_exact(&[1, 2, 100_000], SETTLE).await?;
     m.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hot_account_is_served_from_memory_and_no_staler_than_the_bound_on_a_replica_that_consumes_nothing() -> anyhow::Result<()> {
+    const STALENESS_MS: u64 = 1000;
+    let m = Mesh::start_tuned(Backend::Postgres, &redis_url(), &kafka::brokers(), |c| {
+        c.hot_reads_per_sec = 5;
+        c.hot_staleness_ms = STALENESS_MS;
+    })
+    .await?;
+    let mut c = m.relation.client().await?;
+    for f in 2..=21 {
+        c.follow(FollowRequest { follower_id: f, followee_id: 1 }).await?;
+    }
+    m.settle(SETTLE).await?;
+    // A second projection-svc that consumes no partition: only the expiry refreshes its memory.
+    let mut pc = m.projection_config();
+    pc.cache.hot_reads_per_sec = 5;
+    pc.cache.hot_staleness_ms = STALENESS_MS;
+    pc.consumer.partitions = socialgraph_events::consumer::Assignment::List(Vec::new());
+    let reader = spawn_projection(pc).await?;
+    let mut p = reader.projection().await?;
+    let first = || pp::ListFollowersRequest { user_id: 1, page_size: 5, ..Default::default() };
+    p.list_followers(first()).await?;
+    let cache = cache_settings(&m.topics.relation);
+    socialgraph_testkit::eventually(Duration::from_secs(10), "the follower window to be filled", || async {
+        cached_list(&cache.url, &cache.key_prefix, false, 1).await
+    })
+    .await?;
+    for _ in 0..20 {
+        p.list_followers(first()).await?;
+    }
+    let text = reader.metrics().await?;
+    assert!(metric_sum(&text, "sg_cache_requests_total", "result=\"local\",rpc=\"ListFollowers\"") >= 10.0, "a hot account is read from memory");
+
+    // A new follower: the consuming replica shows it after the projection lag, the other one
+    // within the staleness bound.
+    let started = std::time::Instant::now();
+    c.follow(FollowRequest { follower_id: 99, followee_id: 1 }).await?;
+    let mut own = m.projection.projection().await?;
+    let (mut seen_own, mut seen_reader) = (None, None);
+    while seen_own.is_none() || seen_reader.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the new follower never showed");
+        if seen_own.is_none() && own.list_followers(first()).await?.into_inner().followers.first().is_some_and(|f| f.user_id == 99) {
+            seen_own = Some(started.elapsed());
+        }
+        if seen_reader.is_none() && p.list_followers(first()).await?.into_inner().followers.first().is_some_and(|f| f.user_id == 99) {
+            seen_reader = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (own, other) = (seen_own.unwrap_or_default(), seen_reader.unwrap_or_default());
+    println!("a new follower of a hot account showed after {own:?} on the consuming replica and {other:?} on the other one");
+    assert!(other <= Duration::from_millis(STALENESS_MS) + own + Duration::from_millis(500), "staleness {other:?} within the bound");
+    reader.stop().await?;
+    m.stop().await
+}

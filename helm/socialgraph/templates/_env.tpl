@@ -76,6 +76,8 @@ SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
 SG_CACHE__FOLLOWERS_WINDOW: {{ $svc.cache.followersWindow | int64 | quote }}
 SG_CACHE__RELATIONSHIP_MAX: {{ $svc.cache.relationshipMax | int64 | quote }}
 SG_CACHE__DEEP_PAGES_PER_SEC: {{ $svc.cache.deepPagesPerSec | int64 | quote }}
+SG_CACHE__HOT_READS_PER_SEC: {{ $svc.cache.hotReadsPerSec | int64 | quote }}
+SG_CACHE__HOT_STALENESS_MS: {{ $svc.cache.hotStalenessMs | int64 | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}

@@ -41,6 +41,7 @@ const POSITIVE_KEYS: &[&str] = &[
     "followers_window",
     "relationship_max",
     "deep_pages_per_sec",
+    "hot_staleness_ms",
 ];
 
 /// Refuses 0 for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`: where it is).
@@ -186,6 +187,12 @@ pub struct CacheSettings {
     /// Deep follower pages (past the cached window) one projection-svc instance reads from the
     /// database per second; more are refused with RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED`.
     pub deep_pages_per_sec: u32,
+    /// Reads a second after which an account's follower pages are also held in the instance's
+    /// memory (projection-svc); 0 turns the local caches off.
+    pub hot_reads_per_sec: u32,
+    /// Longest an instance serves a follower page from its memory (ms): the local caches'
+    /// staleness bound.
+    pub hot_staleness_ms: u64,
 }
 
 impl Default for CacheSettings {
@@ -200,6 +207,8 @@ impl Default for CacheSettings {
             followers_window: 10_000,
             relationship_max: 10_000,
             deep_pages_per_sec: 50,
+            hot_reads_per_sec: 50,
+            hot_staleness_ms: 1000,
         }
     }
 }

@@ -86,6 +86,8 @@ impl Projector {
             Ok(_) => lists.following.apply(&following, None).await,
             Err(e) => Err(e),
         };
+        // After the cache Redis took the batch: pages read from now on are the new ones.
+        cache.hot.invalidate(newest.keys().map(|(_, followee)| *followee));
         match result {
             Ok(_) => {
                 self.cache_applies.with_label_values(&["ok"]).inc();

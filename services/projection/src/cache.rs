@@ -48,7 +48,7 @@ pub const DEEP_PAGE_LIMITED: &str = "DEEP_PAGE_LIMITED";
 /// Metrics of the list caches in projection-svc.
 #[derive(Clone)]
 pub struct CacheMetrics {
-    /// Reads by `cache`, `rpc` and `result` (hit, miss, past_window, partial, fallback).
+    /// Reads by `cache`, `rpc` and `result` (local, hit, miss, past_window, partial, fallback).
     pub requests: IntCounterVec,
     /// Fills by `cache` and `result` (cached, raced, too_long, behind, skipped, failed).
     pub fills: IntCounterVec,
@@ -64,7 +64,7 @@ impl CacheMetrics {
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let requests = IntCounterVec::new(
-            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (hit, miss, past_window, partial, fallback)"),
+            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (local, hit, miss, past_window, partial, fallback)"),
             &["cache", "rpc", "result"],
         )?;
         let fills = IntCounterVec::new(Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result"), &["cache", "result"])?;
@@ -83,6 +83,8 @@ impl CacheMetrics {
 pub struct Caches {
     /// Both directions (the projector applies events to both; reads use the followers).
     pub lists: ListCaches,
+    /// Follower pages of hot accounts in this instance's memory.
+    pub hot: crate::hot::Hot,
     /// Metrics.
     pub metrics: CacheMetrics,
     /// The consumer (its name in `consumer_offset`) and topic whose batches the cache holds.
@@ -96,10 +98,11 @@ pub struct Caches {
 impl Caches {
     /// The caches kept from `consumer`'s batches of `topic`, with `deep_pages_per_sec` deep
     /// pages a second (a burst of as many).
-    pub fn new(lists: ListCaches, consumer: &str, topic: &str, deep_pages_per_sec: u32, metrics: CacheMetrics) -> Self {
+    pub fn new(lists: ListCaches, hot: crate::hot::Hot, consumer: &str, topic: &str, deep_pages_per_sec: u32, metrics: CacheMetrics) -> Self {
         let rate = NonZeroU32::new(deep_pages_per_sec).unwrap_or(NonZeroU32::MIN);
         Self {
             lists,
+            hot,
             metrics,
             position: (consumer.to_owned(), topic.to_owned()),
             deep_pages: RateLimiter::direct(Quota::per_second(rate)),
@@ -164,6 +167,10 @@ impl Caches {
         after: Option<Cursor>,
         size: usize,
     ) -> ApiResult<PageAnswer> {
+        if let Some(page) = self.hot.page(user_id, after, size) {
+            self.count("ListFollowers", "local");
+            return Ok(PageAnswer::Entries(page.to_vec()));
+        }
         let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
         let read = match self.lists.followers.page(user_id, cursor, size + 1).await {
             Ok(r) => r,
@@ -176,13 +183,17 @@ impl Caches {
         match read {
             PageRead::Hit(v) => {
                 self.count("ListFollowers", "hit");
-                Ok(PageAnswer::Entries(entries(v)))
+                let v = entries(v);
+                self.hot.offer(user_id, after, size, &v);
+                Ok(PageAnswer::Entries(v))
             }
             // The window ends exactly after this page: serve it, with a token for the next.
             PageRead::PastWindow(mut v) if v.len() == size && size > 0 => {
                 self.count("ListFollowers", "hit");
                 v.push(v[size - 1]);
-                Ok(PageAnswer::Entries(entries(v)))
+                let v = entries(v);
+                self.hot.offer(user_id, after, size, &v);
+                Ok(PageAnswer::Entries(v))
             }
             PageRead::PastWindow(_) => {
                 self.count("ListFollowers", "past_window");
@@ -202,7 +213,7 @@ impl Caches {
     ///
     /// # Errors
     /// UNAVAILABLE when the database fails.
-    pub(crate) async fn check_followers(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
+    pub(crate) async fn check_followers(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
         let rpc = "BatchCheckFollowers";
         let looked = match self.lists.followers.lookup_marking(user_id, candidates, &self.applied_key()).await {
             Ok((looked, applied)) => Some((applied, looked)),
@@ -222,7 +233,13 @@ impl Caches {
             self.count(rpc, "hit");
             return Ok(answers);
         }
-        self.count(rpc, if unknown.len() == candidates.len() { "miss" } else { "partial" });
+        if unknown.len() == candidates.len() {
+            // Perhaps the window is not cached: fill it (a no-op when it is, in the background).
+            self.count(rpc, "miss");
+            self.spawn_fill(db, user_id);
+        } else {
+            self.count(rpc, "partial");
+        }
         let (found, stored) = self.read_checks(db, user_id, &unknown).await.map_err(db_error)?;
         for (answer, c) in answers.iter_mut().zip(candidates) {
             if let Some(e) = found.get(c) {

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod grpc;
+pub mod hot;
 pub mod service;
 
 use std::sync::Arc;
@@ -74,7 +75,8 @@ pub fn build(
         Some(lists) => {
             let metrics = cache::CacheMetrics::register(registry)?;
             let (consumer, topic) = (&config.database.consumer_name, &config.kafka.relation_topic);
-            Some(Arc::new(cache::Caches::new(lists, consumer, topic, config.cache.deep_pages_per_sec, metrics)))
+            let hot = hot::Hot::new(config.cache.hot_reads_per_sec, Duration::from_millis(config.cache.hot_staleness_ms));
+            Some(Arc::new(cache::Caches::new(lists, hot, consumer, topic, config.cache.deep_pages_per_sec, metrics)))
         }
         None => None,
     };

@@ -17,6 +17,7 @@
 
 mod backends;
 mod cache;
+mod cache_followers;
 mod counters;
 mod idle;
 mod import;
