@@ -84,6 +84,16 @@ async fn assert_served_exact(m: &Mesh) -> anyhow::Result<()> {
     let mut client = m.relation.client().await?;
     let mut projection = m.projection.projection().await?;
     for (user, list) in &table_lists(&m.db, false, &users).await? {
+        let r = client.batch_get_relationships(BatchGetRelationshipsRequest { user_id: *user, other_user_ids: users.clone() }).await?.into_inner();
+        let got: Vec<(i64, i64)> = r
+            .relationships
+            .iter()
+            .filter(|r| r.followed_by)
+            .map(|r| (r.other_user_id, r.followed_by_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default()))
+            .collect();
+        let mut want = list.clone();
+        want.sort_unstable();
+        assert_eq!(got, want, "BatchGetRelationships of {user}, followed_by");
         assert_eq!(&walk_followers(&mut projection, *user, 4).await?, list, "ListFollowers of {user}");
         let req = pp::BatchCheckFollowersRequest { user_id: *user, candidate_ids: users.clone(), ..Default::default() };
         let r = projection.batch_check_followers(req).await?.into_inner();

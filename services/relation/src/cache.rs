@@ -67,8 +67,11 @@ pub const FILL_SLOTS: usize = 8;
 /// The cache and its metrics, as relation-svc holds them.
 #[derive(Clone)]
 pub struct Caches {
-    /// Following lists.
+    /// Following lists (filled here from `following`).
     pub following: ListCache,
+    /// Follower windows (filled by projection-svc; read here for the incoming direction of
+    /// relationships, and written through with the caller's own changes).
+    pub followers: ListCache,
     /// Metrics.
     pub metrics: CacheMetrics,
     /// Permits of background fills ([`FILL_SLOTS`]).
@@ -78,9 +81,15 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// The cache over `following` with its limits and metrics.
-    pub fn new(following: ListCache, metrics: CacheMetrics) -> Self {
-        Self { following, metrics, fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)), filling: Arc::default() }
+    /// The caches `lists` with their limits and metrics.
+    pub fn new(lists: socialgraph_cache::lists::ListCaches, metrics: CacheMetrics) -> Self {
+        Self {
+            following: lists.following,
+            followers: lists.followers,
+            metrics,
+            fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)),
+            filling: Arc::default(),
+        }
     }
 }
 
@@ -114,16 +123,12 @@ pub(crate) fn cached_edge(e: &Edge) -> CachedEdge {
 }
 
 impl Caches {
-    fn count(&self, rpc: &str, result: &str) {
-        self.metrics.requests.with_label_values(&["following", rpc, result]).inc();
-    }
-
-    fn looked<T>(&self, rpc: &str, r: Result<Looked<T>, socialgraph_cache::CacheError>) -> Looked<T> {
+    fn looked<T>(&self, cache: &str, rpc: &str, r: Result<Looked<T>, socialgraph_cache::CacheError>) -> Looked<T> {
         let looked = r.unwrap_or_else(|e| {
             tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
             Looked::Fallback
         });
-        self.count(rpc, looked.label());
+        self.metrics.requests.with_label_values(&[cache, rpc, looked.label()]).inc();
         looked
     }
 }
@@ -142,7 +147,7 @@ impl Relations {
                 PageRead::Miss => Looked::Miss,
                 PageRead::PastWindow(_) => Looked::Past,
             });
-            match c.looked("ListFollowing", read) {
+            match c.looked("following", "ListFollowing", read) {
                 Looked::Hit(v) => return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()),
                 Looked::Miss => self.spawn_fill(c, user_id),
                 Looked::Past | Looked::Fallback => {}
@@ -151,11 +156,15 @@ impl Relations {
         edges::list(&self.db, EdgeTable::Following, user_id, after, limit).await.map_err(db_error)
     }
 
-    /// followed_at of `user_id`'s edge to each of `others` (input order) from the cache; `None`
-    /// when the caller must read the database (a miss also starts a fill in the background).
-    pub(crate) async fn cached_following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
+    /// followed_at of the edge between `user_id` and each of `others` (input order; `outgoing`:
+    /// user → other, from the user's following list, else other → user, from the user's
+    /// follower window) from the cache; `None` when the caller must read the database (a miss
+    /// of a following list also starts a fill in the background; follower windows are filled
+    /// by projection-svc).
+    pub(crate) async fn cached_at(&self, rpc: &str, user_id: i64, others: &[i64], outgoing: bool) -> Option<Vec<Option<i64>>> {
         let c = self.caches.as_ref()?;
-        let read = c.following.lookup(user_id, others, false).await.map(|answers| {
+        let (cache, label) = if outgoing { (&c.following, "following") } else { (&c.followers, "followers") };
+        let read = cache.lookup(user_id, others, false).await.map(|answers| {
             let unknown = answers.iter().filter(|a| **a == Lookup::Unknown).count();
             match unknown {
                 0 => Looked::Hit(answers.iter().map(|a| if let Lookup::Follows(ms) = a { Some(*ms) } else { None }).collect()),
@@ -163,13 +172,13 @@ impl Relations {
                 _ => Looked::Past,
             }
         });
-        match c.looked(rpc, read) {
+        match c.looked(label, rpc, read) {
             Looked::Hit(v) => Some(v),
-            Looked::Miss => {
+            Looked::Miss if outgoing => {
                 self.spawn_fill(c, user_id);
                 None
             }
-            Looked::Past | Looked::Fallback => None,
+            Looked::Miss | Looked::Past | Looked::Fallback => None,
         }
     }
 
@@ -201,14 +210,18 @@ impl Relations {
     /// counted and otherwise left to the event stream.
     pub(crate) async fn write_through(&self, changes: &[(i64, CachedEdge)]) {
         let Some(c) = &self.caches else { return };
-        let result = match c.following.apply(changes, None).await {
-            Ok(_) => "ok",
-            Err(e) => {
-                tracing::debug!(error = %e, "cache write-through failed; the event stream will apply the change");
-                "failed"
-            }
-        };
-        c.metrics.writes.with_label_values(&["following", result]).inc();
+        let incoming: Vec<(i64, CachedEdge)> = changes.iter().map(|(follower, e)| (e.peer_id, CachedEdge { peer_id: *follower, ..*e })).collect();
+        let (following, followers) = tokio::join!(c.following.apply(changes, None), c.followers.apply(&incoming, None));
+        for (cache, applied) in [("following", following), ("followers", followers)] {
+            let result = match applied {
+                Ok(_) => "ok",
+                Err(e) => {
+                    tracing::debug!(error = %e, cache, "cache write-through failed; the event stream will apply the change");
+                    "failed"
+                }
+            };
+            c.metrics.writes.with_label_values(&[cache, result]).inc();
+        }
     }
 
     /// Writes edges a committed transaction changed (imports, approvals, blocks, account

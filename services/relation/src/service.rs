@@ -373,15 +373,21 @@ impl Relations {
         }
         let following = |e: &Edge| e.state == EdgeState::Following;
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
-        let out: std::collections::HashMap<i64, Edge> = match self.cached_following_at(rpc, user_id, others).await {
+        let (cached_out, cached_in) = tokio::join!(self.cached_at(rpc, user_id, others, true), self.cached_at(rpc, user_id, others, false));
+        let out: std::collections::HashMap<i64, Edge> = match cached_out {
             Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms)))).collect(),
             None => {
                 let outgoing = edges::between(&self.db, user_id, others, true).await.map_err(db_error)?;
                 outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect()
             }
         };
-        let incoming = edges::between(&self.db, user_id, others, false).await.map_err(db_error)?;
-        let inc: std::collections::HashMap<i64, Edge> = incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect();
+        let inc: std::collections::HashMap<i64, Edge> = match cached_in {
+            Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(o, user_id, None, ms, ms)))).collect(),
+            None => {
+                let incoming = edges::between(&self.db, user_id, others, false).await.map_err(db_error)?;
+                incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect()
+            }
+        };
         Ok(others.iter().map(|o| (out.get(o).copied(), inc.get(o).copied())).collect())
     }
 
