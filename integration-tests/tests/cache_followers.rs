@@ -176,3 +176,58 @@ async fn a_hot_account_is_served_from_memory_and_no_staler_than_the_bound_on_a_r
     reader.stop().await?;
     m.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn common_and_familiar_lists_come_from_the_cached_sets_and_equal_the_database() -> anyhow::Result<()> {
+    let m = Mesh::start(&redis_url()).await?;
+    let mut c = m.relation.client().await?;
+    // 1 follows 10..=29, 2 follows the even ones of them and 40; 11, 13 and 40 follow 3.
+    for f in 10..=29 {
+        c.follow(FollowRequest { follower_id: 1, followee_id: f }).await?;
+        if f % 2 == 0 {
+            c.follow(FollowRequest { follower_id: 2, followee_id: f }).await?;
+        }
+    }
+    c.follow(FollowRequest { follower_id: 2, followee_id: 40 }).await?;
+    for f in [11, 13, 40] {
+        c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
+    }
+    m.settle(SETTLE).await?;
+    // Fill the following lists of 1 and 2 and the follower window of 3.
+    for u in [1, 2] {
+        c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
+    }
+    m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
+    let cache = cache_settings(&m.topics.relation);
+    socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
+        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
+        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
+    })
+    .await?;
+
+    let ids = |v: Vec<FollowEntry>| v.into_iter().map(|e| e.user_id).collect::<Vec<_>>();
+    let (mut common, mut token) = (Vec::new(), String::new());
+    loop {
+        let req = ListCommonFollowingRequest { user_id: 1, other_user_id: 2, page_size: 4, page_token: token };
+        let r = c.list_common_following(req).await?.into_inner();
+        common.extend(ids(r.accounts));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
+    assert_eq!(common, (10..=28).rev().step_by(2).collect::<Vec<i64>>(), "accounts both follow, newest of 1's first");
+    let r = c.list_familiar_followers(ListFamiliarFollowersRequest { viewer_id: 1, user_id: 3, page_size: 10, page_token: String::new() }).await?;
+    assert_eq!(ids(r.into_inner().accounts), vec![13, 11], "accounts 1 follows that follow 3");
+    // A change shows at once for the actor: 1 unfollows 12, 13 stops following 3.
+    c.unfollow(UnfollowRequest { follower_id: 1, followee_id: 12 }).await?;
+    c.unfollow(UnfollowRequest { follower_id: 13, followee_id: 3 }).await?;
+    let r = c.list_common_following(ListCommonFollowingRequest { user_id: 1, other_user_id: 2, page_size: 100, page_token: String::new() }).await?;
+    assert!(!ids(r.into_inner().accounts).contains(&12));
+    let r = c.list_familiar_followers(ListFamiliarFollowersRequest { viewer_id: 1, user_id: 3, page_size: 10, page_token: String::new() }).await?;
+    assert_eq!(ids(r.into_inner().accounts), vec![11]);
+    let text = m.relation.metrics().await?;
+    assert!(metric_sum(&text, "sg_cache_requests_total", "result=\"hit\",rpc=\"ListCommonFollowing\"") >= 6.0, "common pages from the cache");
+    assert!(metric_sum(&text, "sg_cache_requests_total", "cache=\"followers\",result=\"hit\",rpc=\"ListFamiliarFollowers\"") >= 2.0);
+    m.stop().await
+}

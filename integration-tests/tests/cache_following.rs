@@ -52,6 +52,30 @@ async fn walk_followers(client: &mut ProjectionServiceClient<Channel>, user: i64
     }
 }
 
+/// Every page (of 3) of the common following of `a` and `b` (`common`), else of the familiar
+/// followers of `b` for viewer `a`, as (account, followed_at ms).
+async fn walk_join(client: &mut RelationServiceClient<Channel>, a: i64, b: i64, common: bool) -> anyhow::Result<Vec<(i64, i64)>> {
+    let (mut out, mut token) = (Vec::new(), String::new());
+    loop {
+        let (accounts, next) = if common {
+            let r =
+                client.list_common_following(ListCommonFollowingRequest { user_id: a, other_user_id: b, page_size: 3, page_token: token }).await?;
+            let r = r.into_inner();
+            (r.accounts, r.next_page_token)
+        } else {
+            let r =
+                client.list_familiar_followers(ListFamiliarFollowersRequest { viewer_id: a, user_id: b, page_size: 3, page_token: token }).await?;
+            let r = r.into_inner();
+            (r.accounts, r.next_page_token)
+        };
+        out.extend(accounts.iter().map(|e| (e.user_id, e.followed_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default())));
+        if next.is_empty() {
+            return Ok(out);
+        }
+        token = next;
+    }
+}
+
 async fn cache_up() -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let url = cache_redis_url();
     redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))
@@ -101,6 +125,16 @@ async fn assert_served_exact(m: &Mesh) -> anyhow::Result<()> {
         let mut want: Vec<i64> = list.iter().map(|(id, _)| *id).collect();
         want.sort_unstable();
         assert_eq!(got, want, "BatchCheckFollowers of {user}");
+    }
+    let followers = table_lists(&m.db, false, &users).await?;
+    for a in (1..=USERS).step_by(3) {
+        let b = a % USERS + 1;
+        let in_b: std::collections::HashSet<i64> = truth[&b].iter().map(|e| e.0).collect();
+        let want: Vec<(i64, i64)> = truth[&a].iter().copied().filter(|e| in_b.contains(&e.0)).collect();
+        assert_eq!(walk_join(&mut client, a, b, true).await?, want, "ListCommonFollowing of {a} and {b}");
+        let of_b: std::collections::HashSet<i64> = followers[&b].iter().map(|e| e.0).collect();
+        let want: Vec<(i64, i64)> = truth[&a].iter().copied().filter(|e| of_b.contains(&e.0)).collect();
+        assert_eq!(walk_join(&mut client, a, b, false).await?, want, "ListFamiliarFollowers of viewer {a} and {b}");
     }
     for (user, list) in &truth {
         assert_eq!(&walk(&mut client, *user, 7).await?, list, "ListFollowing of {user}");

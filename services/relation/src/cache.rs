@@ -185,7 +185,7 @@ impl Relations {
     /// Starts filling `user_id`'s cached list in the background, unless a fill of it is
     /// already running here or [`FILL_SLOTS`] fills are (the read that missed was answered from
     /// the database anyway; a later miss tries again).
-    fn spawn_fill(&self, c: &Caches, user_id: i64) {
+    pub(crate) fn spawn_fill(&self, c: &Caches, user_id: i64) {
         let Ok(permit) = Arc::clone(&c.fill_slots).try_acquire_owned() else { return };
         if !c.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(user_id) {
             return;

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod config;
 pub mod grpc;
 pub mod import;
+mod joins;
 pub mod lifecycle;
 pub mod requests;
 pub mod restrict;

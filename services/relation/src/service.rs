@@ -351,8 +351,14 @@ impl Relations {
         };
         let req = page_request(&self.token_key, kind, owners, page_size, token)?;
         let rows = match kind {
-            ListKind::CommonFollowing => edges::list_common(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
-            ListKind::FamiliarFollowers => edges::list_familiar(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
+            ListKind::CommonFollowing => match self.cached_common(a, b, req.after, req.size + 1).await {
+                Some(rows) => rows,
+                None => edges::list_common(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
+            },
+            ListKind::FamiliarFollowers => match self.cached_familiar(a, b, req.after, req.size + 1).await? {
+                Some(rows) => rows,
+                None => edges::list_familiar(&self.db, a, b, req.after, req.size + 1).await.map_err(db_error)?,
+            },
             _ => self.following_entries(a, req.after, req.size + 1).await?,
         };
         Ok(self.token_key.finish(rows, req.size, kind, a, b))
