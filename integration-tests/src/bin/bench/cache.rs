@@ -129,6 +129,15 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         page(&client, *u).await?;
     }
     let followers = crate::cache_followers::run(&mesh, &graph, a.reads).await?;
+    let followed: Vec<i64> = {
+        let mut set: Vec<i64> = graph.edges.iter().map(|e| e.followee_id).collect();
+        set.sort_unstable();
+        set.dedup();
+        set
+    };
+    let familiar_partners = followed;
+    let common_partners: Vec<i64> = by_followings.iter().map(|(u, _)| *u).collect();
+    let joins = crate::cache_joins::run(&mesh, &client, &plain, &users, &common_partners, &familiar_partners).await?;
 
     progress("the same reads raw: ZREVRANGE / ZMSCORE on the cached sets, and PostgreSQL");
     let raw_page_redis = timed(a.reads, none, |i| {
@@ -234,6 +243,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         ],
     );
     followers.report(&path, graph.edges.len(), a.reads);
+    joins.report(a.reads);
     summarize("following page, warm cache: p99 (vs raw ZREVRANGE)", ms(&page_warm, 0.99), ms(&raw_page_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("BatchGetRelationships(100), warm: p99 (vs raw ZMSCORE)", ms(&batch_warm, 0.99), ms(&raw_batch_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("following page, cold cache: p99 (vs raw PostgreSQL)", ms(&page_cold, 0.99), ms(&raw_page_pg, 0.99), "ms", "<= 2x raw PostgreSQL");

@@ -18,6 +18,7 @@
 mod backends;
 mod cache;
 mod cache_followers;
+mod cache_joins;
 mod counters;
 mod idle;
 mod import;
