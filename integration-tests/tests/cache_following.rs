@@ -325,7 +325,7 @@ async fn lists_missed_while_projection_could_not_reach_the_cache_are_dropped_onc
     assert_eq!(stale, 7, "the five followers and both followees are marked stale in the offset's transaction");
     assert_eq!(walk(&mut reader, 1, 100).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![50], "meanwhile the cached list is stale");
 
-    // projection-svc reaches the cache again: the stale lists are dropped within a second or two.
+    // projection-svc reaches the cache again: the stale lists are dropped by the next drain.
     m.projection.shutdown.cancel();
     (&mut m.projection.task).await??;
     m.projection = spawn_projection(m.projection_config()).await?;

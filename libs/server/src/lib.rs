@@ -67,9 +67,9 @@ pub fn shutdown_on_signal() -> CancellationToken {
 /// Binds a TCP listener on `addr` (port 0 picks a free port).
 ///
 /// # Errors
-/// The address is in use or not local.
+/// The address is in use or not local; the error names the address.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+    TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))
 }
 
 /// Serves `routes` (the service's gRPC servers) plus health and reflection on `listener` until

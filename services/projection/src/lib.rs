@@ -130,8 +130,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     served
 }
 
-/// How often the stale-user drain looks for users to clear.
-const STALE_DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// How often the stale-user drain looks for users to clear: once the cache Redis answers
+/// again, the lists of a batch it did not take are served stale for at most about this long
+/// (a query of the empty table costs next to nothing).
+pub const STALE_DRAIN_EVERY: Duration = Duration::from_millis(200);
 
 /// Every [`STALE_DRAIN_EVERY`], deletes the cached lists of users marked stale while the cache
 /// Redis was unreachable ([`apply::drain_stale`]).

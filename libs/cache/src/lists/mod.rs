@@ -47,6 +47,10 @@ use redis::Script;
 use crate::keys::Keys;
 use crate::{CacheError, Pool};
 
+/// Most entries one script call or one round trip carries (an import's batch or a fill of a
+/// large list is split into parts of this size).
+pub const CHUNK: usize = 1000;
+
 /// Which list of a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -120,6 +124,7 @@ pub struct AppliedMark<'a> {
 struct Scripts {
     apply: Script,
     fill_begin: Script,
+    fill_add: Script,
     fill_commit: Script,
     too_long: Script,
     page: Script,
@@ -171,6 +176,7 @@ impl ListCache {
         let scripts = Scripts {
             apply: s(scripts::APPLY),
             fill_begin: s(scripts::FILL_BEGIN),
+            fill_add: s(scripts::FILL_ADD),
             fill_commit: s(scripts::FILL_COMMIT),
             too_long: s(scripts::TOO_LONG),
             page: s(scripts::PAGE),
@@ -313,6 +319,19 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn commit_fill(&self, user_id: i64, nonce: &str, edges: &[CachedEdge], boundary: Option<(i64, i64)>) -> Result<bool, CacheError> {
+        // Large reads go in parts, each a short script within the timeout (a 10,000-entry
+        // script would hold Redis for over 100 ms); the marker is checked by every part.
+        let split = edges.len().saturating_sub(1) / CHUNK * CHUNK;
+        let (parts, last) = edges.split_at(split);
+        for part in parts.chunks(CHUNK) {
+            let mut inv = self.invocation(&self.scripts.fill_add, user_id);
+            inv.arg(nonce);
+            push_edges(&mut inv, part);
+            if self.run::<i64>(inv).await? == 0 {
+                return Ok(false);
+            }
+        }
+        let edges = last;
         let mut inv = self.invocation(&self.scripts.fill_commit, user_id);
         inv.arg(nonce).arg(self.ttl_secs()).arg(self.limits.window);
         match boundary {
@@ -337,21 +356,35 @@ impl ListCache {
         for (owner, e) in changes {
             by_user.entry(*owner).or_default().push(*e);
         }
-        let mut pipe = redis::pipe();
+        // At most CHUNK changes per script call and per round trip, so that a large batch (an
+        // import) never holds Redis long nor outlasts the timeout; the mark goes first.
+        let mut pipes = vec![(redis::pipe(), 0usize)];
         if let Some(m) = mark {
-            pipe.hset(self.keys.cache_applied(m.key), m.partition, m.next_offset).ignore();
+            pipes[0].0.hset(self.keys.cache_applied(m.key), m.partition, m.next_offset).ignore();
         }
         for (user, edges) in &by_user {
-            let mut inv = self.invocation(&self.scripts.apply, *user);
-            inv.arg(self.limits.window);
-            push_edges(&mut inv, edges);
-            pipe.invoke_script(&inv);
+            for part in edges.chunks(CHUNK) {
+                if pipes.last().is_some_and(|(_, n)| *n > 0 && n + part.len() > CHUNK) {
+                    pipes.push((redis::pipe(), 0));
+                }
+                let mut inv = self.invocation(&self.scripts.apply, *user);
+                inv.arg(self.limits.window);
+                push_edges(&mut inv, part);
+                if let Some((pipe, n)) = pipes.last_mut() {
+                    pipe.invoke_script(&inv);
+                    *n += part.len();
+                }
+            }
         }
-        if by_user.is_empty() && mark.is_none() {
-            return Ok(0);
+        let mut changed = 0;
+        for (pipe, n) in &pipes {
+            if *n == 0 && mark.is_none() {
+                continue;
+            }
+            let counts: Vec<u64> = crate::query_pipeline(&self.pool, self.limits.timeout, pipe, &[&self.scripts.apply]).await?;
+            changed += counts.iter().sum::<u64>();
         }
-        let counts: Vec<u64> = crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[&self.scripts.apply]).await?;
-        Ok(counts.iter().sum())
+        Ok(changed)
     }
 
     /// Per partition, the next offset of the last batch applied to the cache under `key`

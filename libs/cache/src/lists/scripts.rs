@@ -117,6 +117,17 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 'f'
 ";
 
+/// FILL_ADD: ARGV = nonce, (member, signed version, score)*: merges one part of a fill's
+/// database read while the fill's marker is there; returns 1, else 0.
+pub const FILL_ADD: &str = r"
+if state() ~= 'f:' .. ARGV[1] then return 0 end
+if not consistent() then return 0 end
+for i = 2, #ARGV, 3 do
+  merge(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2])
+end
+return 1
+";
+
 /// FILL_COMMIT: ARGV = nonce, ttl (s), window, boundary score ('' when the read holds the
 /// whole list), boundary member, (member, signed version, score)* of the database read (the
 /// newest followed entries and the not-followed ones newer than the boundary). Merges, sets
