@@ -20,7 +20,7 @@ use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowin
 use tonic::transport::Channel;
 
 use crate::CacheArgs;
-use crate::report::{Hist, header, hist, ms, print_table, progress, row, summarize};
+use crate::report::{Hist, header, hist, latency_rows, ms, print_table, progress, summarize};
 
 /// Latencies of `n` sequential calls of `op(i)`, with `before(i)` run untimed before each.
 pub(crate) async fn timed<B, BF, F, Fut>(n: usize, mut before: B, mut op: F) -> anyhow::Result<Hist>
@@ -140,50 +140,9 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     let joins = crate::cache_joins::run(&mesh, &client, &plain, &users, &common_partners, &familiar_partners).await?;
 
     progress("the same reads raw: ZREVRANGE / ZMSCORE on the cached sets, and PostgreSQL");
-    let raw_page_redis = timed(a.reads, none, |i| {
-        let (mut conn, key) = (cache_conn.clone(), keys.following(users[i]));
-        async move {
-            let _: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE").arg(key).arg(0).arg(50).arg("WITHSCORES").query_async(&mut conn).await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
-    let raw_batch_redis = timed(a.reads, none, |i| {
-        let (mut conn, key) = (cache_conn.clone(), keys.following(users[i]));
-        let members: Vec<Vec<u8>> = others[i].iter().map(|o| o.to_be_bytes().to_vec()).collect();
-        async move {
-            let _: Vec<Option<f64>> = redis::cmd("ZMSCORE").arg(key).arg(members).query_async(&mut conn).await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
     let pool = mesh.db.conn.get_postgres_connection_pool().clone();
-    let raw_page_pg = timed(a.reads, none, |i| {
-        let (pool, user) = (pool.clone(), users[i]);
-        async move {
-            sea_orm::sqlx::query(
-                "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND state = 1 \
-                 ORDER BY followed_at_ms DESC, followee_id DESC LIMIT 51",
-            )
-            .bind(user)
-            .fetch_all(&pool)
-            .await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
-    let raw_batch_pg = timed(a.reads, none, |i| {
-        let (pool, user, o) = (pool.clone(), users[i], others[i].clone());
-        async move {
-            sea_orm::sqlx::query("SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND followee_id = ANY($2) AND state = 1")
-                .bind(user)
-                .bind(o)
-                .fetch_all(&pool)
-                .await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    let (raw_page_redis, raw_batch_redis, raw_page_pg, raw_batch_pg) =
+        crate::raw::baselines(&cache_conn, &pool, &keys, true, &users, &others).await?;
     let _: () = redis::cmd("PING").query_async(&mut cache_conn).await?;
 
     let count = |text: &str, result: &str| {
@@ -203,20 +162,14 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     uncached.stop().await?;
     mesh.stop().await?;
 
-    let p = |h: &Hist| (ms(h, 0.5), ms(h, 0.99));
-    let rows = [
-        ("following page (50), warm", p(&page_warm), p(&raw_page_redis)),
-        ("following page (50), cold (every call misses)", p(&page_cold), p(&raw_page_pg)),
-        ("following page (50), cache off", p(&page_off), p(&raw_page_pg)),
-        ("BatchGetRelationships(100), warm", p(&batch_warm), p(&raw_batch_redis)),
-        ("BatchGetRelationships(100), cold", p(&batch_cold), p(&raw_batch_pg)),
-        ("BatchGetRelationships(100), cache off", p(&batch_off), p(&raw_batch_pg)),
-    ];
-    let mut table = Vec::new();
-    for (what, (s50, s99), (r50, r99)) in &rows {
-        table.push(row(format!("{what} p50"), *s50, *r50, "ms"));
-        table.push(row(format!("{what} p99"), *s99, *r99, "ms"));
-    }
+    let table = latency_rows(&[
+        ("following page (50), warm", &page_warm, &raw_page_redis),
+        ("following page (50), cold (every call misses)", &page_cold, &raw_page_pg),
+        ("following page (50), cache off", &page_off, &raw_page_pg),
+        ("BatchGetRelationships(100), warm", &batch_warm, &raw_batch_redis),
+        ("BatchGetRelationships(100), cold", &batch_cold, &raw_batch_pg),
+        ("BatchGetRelationships(100), cache off", &batch_off, &raw_batch_pg),
+    ]);
     print_table(
         &format!(
             "following-list cache: {} ({} edges), {} reads per row, one client",

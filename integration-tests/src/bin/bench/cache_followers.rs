@@ -15,7 +15,7 @@ use socialgraph_proto::projection::v1::{BatchCheckFollowersRequest, ListFollower
 use tonic::transport::Channel;
 
 use crate::cache::{none, sample, timed};
-use crate::report::{Hist, ms, print_table, progress, row, summarize};
+use crate::report::{Hist, latency_rows, ms, print_table, progress, summarize};
 
 /// The follower side's latencies and cache counts.
 pub(crate) struct Followers {
@@ -89,50 +89,9 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
 
     progress("the same follower reads raw: ZREVRANGE / ZMSCORE on the cached sets, and PostgreSQL");
-    let raw_page_redis = timed(reads, none, |i| {
-        let (mut conn, key) = (cache_conn.clone(), keys.followers(users[i]));
-        async move {
-            let _: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE").arg(key).arg(0).arg(50).arg("WITHSCORES").query_async(&mut conn).await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
-    let raw_check_redis = timed(reads, none, |i| {
-        let (mut conn, key) = (cache_conn.clone(), keys.followers(users[i]));
-        let members: Vec<Vec<u8>> = candidates[i].iter().map(|o| o.to_be_bytes().to_vec()).collect();
-        async move {
-            let _: Vec<Option<f64>> = redis::cmd("ZMSCORE").arg(key).arg(members).query_async(&mut conn).await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
     let pool = mesh.db.conn.get_postgres_connection_pool().clone();
-    let raw_page_pg = timed(reads, none, |i| {
-        let (pool, user) = (pool.clone(), users[i]);
-        async move {
-            sea_orm::sqlx::query(
-                "SELECT follower_id, followed_at_ms FROM follower WHERE followee_id = $1 AND state = 1 \
-                 ORDER BY followed_at_ms DESC, follower_id DESC LIMIT 51",
-            )
-            .bind(user)
-            .fetch_all(&pool)
-            .await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
-    let raw_check_pg = timed(reads, none, |i| {
-        let (pool, user, c) = (pool.clone(), users[i], candidates[i].clone());
-        async move {
-            sea_orm::sqlx::query("SELECT follower_id, followed_at_ms FROM follower WHERE followee_id = $1 AND follower_id = ANY($2) AND state = 1")
-                .bind(user)
-                .bind(c)
-                .fetch_all(&pool)
-                .await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    let (raw_page_redis, raw_check_redis, raw_page_pg, raw_check_pg) =
+        crate::raw::baselines(&cache_conn, &pool, &keys, false, &users, &candidates).await?;
 
     let count = |text: &str, result: &str| {
         ["ListFollowers", "BatchCheckFollowers"]
@@ -161,18 +120,12 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
 impl Followers {
     /// Prints the follower table and its summary lines.
     pub(crate) fn report(&self, path: &Path, edges: usize, reads: usize) {
-        let p = |h: &Hist| (ms(h, 0.5), ms(h, 0.99));
-        let rows = [
-            ("follower page (50), warm", p(&self.page_warm), p(&self.raw_page_redis)),
-            ("follower page (50), cold (every call misses)", p(&self.page_cold), p(&self.raw_page_pg)),
-            ("BatchCheckFollowers(100), warm", p(&self.check_warm), p(&self.raw_check_redis)),
-            ("BatchCheckFollowers(100), cold", p(&self.check_cold), p(&self.raw_check_pg)),
-        ];
-        let mut table = Vec::new();
-        for (what, (s50, s99), (r50, r99)) in &rows {
-            table.push(row(format!("{what} p50"), *s50, *r50, "ms"));
-            table.push(row(format!("{what} p99"), *s99, *r99, "ms"));
-        }
+        let table = latency_rows(&[
+            ("follower page (50), warm", &self.page_warm, &self.raw_page_redis),
+            ("follower page (50), cold (every call misses)", &self.page_cold, &self.raw_page_pg),
+            ("BatchCheckFollowers(100), warm", &self.check_warm, &self.raw_check_redis),
+            ("BatchCheckFollowers(100), cold", &self.check_cold, &self.raw_check_pg),
+        ]);
         print_table(
             &format!(
                 "follower windows: {} ({edges} edges), {reads} reads per row, one client",

@@ -12,7 +12,7 @@ use socialgraph_proto::relation::v1::{ListCommonFollowingRequest, ListFamiliarFo
 use tonic::transport::Channel;
 
 use crate::cache::{none, timed};
-use crate::report::{Hist, ms, print_table, progress, row, summarize};
+use crate::report::{Hist, latency_rows, ms, print_table, progress, summarize};
 
 /// The joins' latencies.
 pub(crate) struct Joins {
@@ -99,11 +99,8 @@ pub(crate) async fn run(
 impl Joins {
     /// Prints the joins' table and summary lines.
     pub(crate) fn report(&self, reads: usize) {
-        let mut table = Vec::new();
-        for (what, svc, raw) in &self.rows {
-            table.push(row(format!("{what} p50"), ms(svc, 0.5), ms(raw, 0.5), "ms"));
-            table.push(row(format!("{what} p99"), ms(svc, 0.99), ms(raw, 0.99), "ms"));
-        }
+        let pairs: Vec<(&str, &Hist, &Hist)> = self.rows.iter().map(|(w, s, r)| (*w, s, r)).collect();
+        let table = latency_rows(&pairs);
         print_table(
             &format!("joins from the caches, {reads} reads per row, one client"),
             "socialgraph (gRPC)",

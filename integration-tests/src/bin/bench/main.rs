@@ -25,6 +25,7 @@ mod import;
 mod likes;
 mod load;
 mod projection;
+mod raw;
 mod relation;
 mod report;
 mod sustained;

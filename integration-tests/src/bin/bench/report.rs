@@ -75,6 +75,16 @@ pub(crate) fn row(what: impl Into<String>, svc: f64, raw: f64, unit: &str) -> Ro
     Row { what: what.into(), svc: fmt_num(svc, unit), raw: fmt_num(raw, unit), ratio }
 }
 
+/// Two rows per latency pair: p50 and p99 of each (name, service, raw) in milliseconds.
+pub(crate) fn latency_rows(pairs: &[(&str, &Hist, &Hist)]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (what, svc, raw) in pairs {
+        rows.push(row(format!("{what} p50"), ms(svc, 0.5), ms(raw, 0.5), "ms"));
+        rows.push(row(format!("{what} p99"), ms(svc, 0.99), ms(raw, 0.99), "ms"));
+    }
+    rows
+}
+
 /// Prints `rows` under `title` in aligned columns, then each of `notes` as a `*` line.
 pub(crate) fn print_table(title: &str, svc_label: &str, raw_label: &str, rows: &[Row], notes: &[String]) {
     let w0 = rows.iter().map(|r| r.what.len()).max().unwrap_or(0).max(6);
