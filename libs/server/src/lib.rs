@@ -25,6 +25,33 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
 
+/// The list-cache counters relation-svc and projection-svc both export, registered in
+/// `registry`: `sg_cache_requests_total{cache,rpc,result}` (reads: local, hit, miss,
+/// past_window, partial, fallback) and `sg_cache_fills_total{cache,result}` (fills: cached,
+/// raced, too_long, behind, skipped, failed).
+///
+/// # Errors
+/// A metric of the same name is already registered.
+pub fn cache_counters(registry: &prometheus::Registry) -> prometheus::Result<(prometheus::IntCounterVec, prometheus::IntCounterVec)> {
+    let requests = prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "sg_cache_requests_total",
+            "List-cache reads by cache, RPC and result (local, hit, miss, past_window, partial, fallback)",
+        ),
+        &["cache", "rpc", "result"],
+    )?;
+    let fills = prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "sg_cache_fills_total",
+            "List-cache fills from the database by cache and result (cached, raced, too_long, behind, skipped, failed)",
+        ),
+        &["cache", "result"],
+    )?;
+    registry.register(Box::new(requests.clone()))?;
+    registry.register(Box::new(fills.clone()))?;
+    Ok((requests, fills))
+}
+
 /// Whether the service should receive traffic (`/ready` answers 200 only while set). Shared by
 /// the server (cleared at shutdown) and the background loops (set once they run).
 #[derive(Clone, Default)]

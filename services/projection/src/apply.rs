@@ -79,8 +79,7 @@ impl Projector {
         };
         let following: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.follower_id, edge(e, e.followee_id))).collect();
         let followers: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.followee_id, edge(e, e.follower_id))).collect();
-        let key = cache.applied_key();
-        let mark = AppliedMark { key: &key, partition, next_offset };
+        let mark = AppliedMark { key: cache.applied_key(), partition, next_offset };
         let lists = &cache.lists;
         let result = match lists.followers.apply(&followers, Some(mark)).await {
             Ok(_) => lists.following.apply(&following, None).await,

@@ -15,7 +15,7 @@
 //! applied when its marker was set ([`covered`]); a fill that cannot see that within
 //! [`FILL_WAIT`] gives up (`result="behind"`) and a later miss tries again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,16 +23,12 @@ use std::time::Duration;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
-use socialgraph_cache::lists::{CachedEdge, ListCaches, Lookup, PageRead};
+use socialgraph_cache::lists::{CachedEdge, FillSlots, ListCaches, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::windows::{self, WindowRead};
-use tokio::sync::Semaphore;
-
-/// Background fills running at once per instance.
-pub const FILL_SLOTS: usize = 8;
 
 /// Longest a fill waits for the projection's commits to cover the batches already applied to
 /// the cache.
@@ -48,9 +44,9 @@ pub const DEEP_PAGE_LIMITED: &str = "DEEP_PAGE_LIMITED";
 /// Metrics of the list caches in projection-svc.
 #[derive(Clone)]
 pub struct CacheMetrics {
-    /// Reads by `cache`, `rpc` and `result` (local, hit, miss, past_window, partial, fallback).
+    /// Reads by `cache`, `rpc` and `result` ([`socialgraph_server::cache_counters`]).
     pub requests: IntCounterVec,
-    /// Fills by `cache` and `result` (cached, raced, too_long, behind, skipped, failed).
+    /// Fills by `cache` and `result`.
     pub fills: IntCounterVec,
     /// Deep follower pages by `result` (allowed, refused).
     pub deep_pages: IntCounterVec,
@@ -63,18 +59,12 @@ impl CacheMetrics {
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let requests = IntCounterVec::new(
-            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (local, hit, miss, past_window, partial, fallback)"),
-            &["cache", "rpc", "result"],
-        )?;
-        let fills = IntCounterVec::new(Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result"), &["cache", "result"])?;
+        let (requests, fills) = socialgraph_server::cache_counters(registry)?;
         let deep_pages = IntCounterVec::new(
             Opts::new("sg_cache_deep_pages_total", "Follower pages past the cached window, by result (allowed, refused)"),
             &["result"],
         )?;
-        for m in [&requests, &fills, &deep_pages] {
-            registry.register(Box::new(m.clone()))?;
-        }
+        registry.register(Box::new(deep_pages.clone()))?;
         Ok(Self { requests, fills, deep_pages })
     }
 }
@@ -89,10 +79,11 @@ pub struct Caches {
     pub metrics: CacheMetrics,
     /// The consumer (its name in `consumer_offset`) and topic whose batches the cache holds.
     position: (String, String),
+    /// `consumer/topic`: names the positions this projection applied to the cache.
+    applied_key: String,
     /// Deep pages read from the database per second (per instance).
     deep_pages: DefaultDirectRateLimiter,
-    fill_slots: Arc<Semaphore>,
-    filling: std::sync::Mutex<HashSet<i64>>,
+    fills: FillSlots,
 }
 
 impl Caches {
@@ -105,15 +96,15 @@ impl Caches {
             hot,
             metrics,
             position: (consumer.to_owned(), topic.to_owned()),
+            applied_key: format!("{consumer}/{topic}"),
             deep_pages: RateLimiter::direct(Quota::per_second(rate)),
-            fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)),
-            filling: std::sync::Mutex::default(),
+            fills: FillSlots::default(),
         }
     }
 
-    /// The key of the positions this projection applied to the cache.
-    pub fn applied_key(&self) -> String {
-        format!("{}/{}", self.position.0, self.position.1)
+    /// The key of the positions this projection applied to the cache (`consumer/topic`).
+    pub fn applied_key(&self) -> &str {
+        &self.applied_key
     }
 
     fn count(&self, rpc: &str, result: &str) {
@@ -215,7 +206,7 @@ impl Caches {
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn check_followers(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
         let rpc = "BatchCheckFollowers";
-        let looked = match self.lists.followers.lookup_marking(user_id, candidates, &self.applied_key()).await {
+        let looked = match self.lists.followers.lookup_marking(user_id, candidates, self.applied_key()).await {
             Ok((looked, applied)) => Some((applied, looked)),
             Err(e) => {
                 tracing::debug!(error = %e, "cache unavailable: reading the database");
@@ -258,22 +249,18 @@ impl Caches {
         Ok(answers)
     }
 
-    /// Starts filling `user_id`'s follower window in the background, unless its fill already
-    /// runs here or [`FILL_SLOTS`] fills do.
+    /// Starts filling `user_id`'s follower window in the background when a fill slot is free
+    /// ([`FillSlots::try_start`]).
     fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64) {
-        let Ok(permit) = Arc::clone(&self.fill_slots).try_acquire_owned() else { return };
-        if !self.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(user_id) {
-            return;
-        }
+        let Some(slot) = self.fills.try_start(user_id) else { return };
         let (this, db) = (Arc::clone(self), db.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             let result = this.fill(&db, user_id).await.unwrap_or_else(|e| {
                 tracing::debug!(user_id, error = %e, "follower window fill failed");
                 "failed"
             });
             this.metrics.fills.with_label_values(&["followers", result]).inc();
-            this.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&user_id);
         });
     }
 
@@ -283,7 +270,7 @@ impl Caches {
     async fn fill(&self, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
         let cache = &self.lists.followers;
         let Some(nonce) = cache.begin_fill(user_id).await? else { return Ok("skipped") };
-        let applied = cache.applied(&self.applied_key()).await?;
+        let applied = cache.applied(self.applied_key()).await?;
         let window = cache.limits().window;
         let deadline = tokio::time::Instant::now() + FILL_WAIT;
         let read = loop {
@@ -316,7 +303,12 @@ fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
     applied.iter().all(|(p, next)| stored.iter().any(|s| s.partition == *p && s.next_offset >= *next))
 }
 
-async fn snapshot(db: &DatabaseConnection) -> Result<sea_orm::DatabaseTransaction, DbErr> {
+/// A read-only REPEATABLE READ transaction (SQLite: a plain one): reads that must see one
+/// snapshot, such as rows together with the offsets they reflect.
+///
+/// # Errors
+/// The database failed.
+pub(crate) async fn snapshot(db: &DatabaseConnection) -> Result<sea_orm::DatabaseTransaction, DbErr> {
     match db.get_database_backend() {
         DbBackend::Sqlite => db.begin().await,
         _ => db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await,

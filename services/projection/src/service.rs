@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
+use sea_orm::{DatabaseConnection, DbErr};
 use secrecy::{ExposeSecret, SecretString};
 use socialgraph_domain::{Edge, EdgeState, ListKind, Page, PageTokenKey, validate_user_id};
 use socialgraph_events::consumer::Progress;
@@ -179,10 +179,7 @@ impl Projection {
     /// UNAVAILABLE.
     pub async fn batch_edge_counts(&self, user_ids: &[i64]) -> ApiResult<BatchEdgeCounts> {
         let read = async {
-            let txn = match self.db.get_database_backend() {
-                DbBackend::Sqlite => self.db.begin().await?,
-                _ => self.db.begin_with_config(Some(IsolationLevel::RepeatableRead), Some(AccessMode::ReadOnly)).await?,
-            };
+            let txn = crate::cache::snapshot(&self.db).await?;
             let counts = socialgraph_storage::counts::get_many(&txn, user_ids).await?;
             let offsets = offsets::list(&txn, &self.consumer, &self.topic).await?;
             txn.commit().await?;

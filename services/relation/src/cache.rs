@@ -9,26 +9,22 @@
 //! stream (projection-svc) keeps cached lists in step with every change, whoever made it; the
 //! write-through only makes the actor's change visible before the event arrives.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::lists::{CachedEdge, ListCache, Lookup, PageRead};
+use socialgraph_cache::lists::{CachedEdge, FillSlots, ListCache, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::windows;
-use tokio::sync::Semaphore;
 
 use crate::service::Relations;
 
 /// Metrics of the following-list cache.
 #[derive(Clone)]
 pub struct CacheMetrics {
-    /// Reads by `rpc` and `result` (hit, miss, fallback).
+    /// Reads by `cache`, `rpc` and `result` ([`socialgraph_server::cache_counters`]).
     pub requests: IntCounterVec,
-    /// Fills by `result` (cached, raced, too_long, skipped, failed).
+    /// Fills by `cache` and `result`.
     pub fills: IntCounterVec,
     /// Write-throughs by `result` (ok, failed).
     pub writes: IntCounterVec,
@@ -36,33 +32,20 @@ pub struct CacheMetrics {
 
 impl CacheMetrics {
     /// Registers `sg_cache_requests_total`, `sg_cache_fills_total` and
-    /// `sg_cache_writes_total` (label `cache="following"`) in `registry`.
+    /// `sg_cache_writes_total` in `registry`.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let requests = IntCounterVec::new(
-            Opts::new("sg_cache_requests_total", "Cache reads by cache, RPC and result (hit, miss, fallback)"),
-            &["cache", "rpc", "result"],
-        )?;
-        let fills = IntCounterVec::new(
-            Opts::new("sg_cache_fills_total", "Cache fills from the database by cache and result (cached, raced, too_long)"),
-            &["cache", "result"],
-        )?;
+        let (requests, fills) = socialgraph_server::cache_counters(registry)?;
         let writes = IntCounterVec::new(
             Opts::new("sg_cache_writes_total", "Write-throughs of the caller's own changes by cache and result"),
             &["cache", "result"],
         )?;
-        for m in [&requests, &fills, &writes] {
-            registry.register(Box::new(m.clone()))?;
-        }
+        registry.register(Box::new(writes.clone()))?;
         Ok(Self { requests, fills, writes })
     }
 }
-
-/// Background fills running at once per instance: a burst of misses (a flushed cache) costs
-/// the database at most this many list reads at a time.
-pub const FILL_SLOTS: usize = 8;
 
 /// The cache and its metrics, as relation-svc holds them.
 #[derive(Clone)]
@@ -74,22 +57,14 @@ pub struct Caches {
     pub followers: ListCache,
     /// Metrics.
     pub metrics: CacheMetrics,
-    /// Permits of background fills ([`FILL_SLOTS`]).
-    pub fill_slots: Arc<Semaphore>,
-    /// Users whose fill runs in this instance.
-    pub filling: Arc<std::sync::Mutex<HashSet<i64>>>,
+    /// Background fills of following lists in this instance.
+    pub fills: FillSlots,
 }
 
 impl Caches {
     /// The caches `lists` with their limits and metrics.
     pub fn new(lists: socialgraph_cache::lists::ListCaches, metrics: CacheMetrics) -> Self {
-        Self {
-            following: lists.following,
-            followers: lists.followers,
-            metrics,
-            fill_slots: Arc::new(Semaphore::new(FILL_SLOTS)),
-            filling: Arc::default(),
-        }
+        Self { following: lists.following, followers: lists.followers, metrics, fills: FillSlots::default() }
     }
 }
 
@@ -140,20 +115,31 @@ impl Relations {
     /// # Errors
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn following_entries(&self, user_id: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Vec<ListEntry>> {
-        if let Some(c) = &self.caches {
-            let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
-            let read = c.following.page(user_id, cursor, limit).await.map(|p| match p {
-                PageRead::Hit(v) => Looked::Hit(v),
-                PageRead::Miss => Looked::Miss,
-                PageRead::PastWindow(_) => Looked::Past,
-            });
-            match c.looked("following", "ListFollowing", read) {
-                Looked::Hit(v) => return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()),
-                Looked::Miss => self.spawn_fill(c, user_id),
-                Looked::Past | Looked::Fallback => {}
-            }
+        let cursor = after.map(|a| (a.followed_at_ms, a.peer_id));
+        if let Some(v) = self.cached_following_page("ListFollowing", user_id, cursor, limit).await {
+            return Ok(v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect());
         }
         edges::list(&self.db, EdgeTable::Following, user_id, after, limit).await.map_err(db_error)
+    }
+
+    /// Up to `limit` entries (followee, followed_at ms) of `user_id`'s following list after
+    /// `after`, from the cache, counted under `rpc`; `None` when the caller must read the
+    /// database (a miss also starts a fill in the background).
+    pub(crate) async fn cached_following_page(&self, rpc: &str, user_id: i64, after: Option<(i64, i64)>, limit: usize) -> Option<Vec<(i64, i64)>> {
+        let c = self.caches.as_ref()?;
+        let read = c.following.page(user_id, after, limit).await.map(|p| match p {
+            PageRead::Hit(v) => Looked::Hit(v),
+            PageRead::Miss => Looked::Miss,
+            PageRead::PastWindow(_) => Looked::Past,
+        });
+        match c.looked("following", rpc, read) {
+            Looked::Hit(v) => Some(v),
+            Looked::Miss => {
+                self.spawn_fill(c, user_id);
+                None
+            }
+            Looked::Past | Looked::Fallback => None,
+        }
     }
 
     /// followed_at of the edge between `user_id` and each of `others` (input order; `outgoing`:
@@ -182,17 +168,13 @@ impl Relations {
         }
     }
 
-    /// Starts filling `user_id`'s cached list in the background, unless a fill of it is
-    /// already running here or [`FILL_SLOTS`] fills are (the read that missed was answered from
-    /// the database anyway; a later miss tries again).
+    /// Starts filling `user_id`'s cached list in the background when a fill slot is free
+    /// ([`FillSlots::try_start`]).
     pub(crate) fn spawn_fill(&self, c: &Caches, user_id: i64) {
-        let Ok(permit) = Arc::clone(&c.fill_slots).try_acquire_owned() else { return };
-        if !c.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(user_id) {
-            return;
-        }
+        let Some(slot) = c.fills.try_start(user_id) else { return };
         let (c, db) = (c.clone(), self.db.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             let result = match fill_following(&c, &db, user_id).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -201,7 +183,6 @@ impl Relations {
                 }
             };
             c.metrics.fills.with_label_values(&["following", result]).inc();
-            c.filling.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&user_id);
         });
     }
 

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use socialgraph_cache::lists::{Lookup, PageRead};
+use socialgraph_cache::lists::Lookup;
 use socialgraph_domain::{Cursor, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges;
@@ -34,28 +34,8 @@ impl Relations {
     /// The whole rest of `user_id`'s following list after `after` from the cache: `None` when
     /// it is not cached whole (a miss starts a fill).
     async fn whole_following(&self, rpc: &str, user_id: i64, after: Option<Cursor>) -> Option<Vec<(i64, i64)>> {
-        let c = self.caches.as_ref()?;
-        let all = c.following.limits().window + 1;
-        match c.following.page(user_id, after_cursor(after), all).await {
-            Ok(PageRead::Hit(v)) => {
-                c.metrics.requests.with_label_values(&["following", rpc, "hit"]).inc();
-                Some(v)
-            }
-            Ok(PageRead::Miss) => {
-                c.metrics.requests.with_label_values(&["following", rpc, "miss"]).inc();
-                self.spawn_fill(c, user_id);
-                None
-            }
-            Ok(PageRead::PastWindow(_)) => {
-                c.metrics.requests.with_label_values(&["following", rpc, "past_window"]).inc();
-                None
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
-                c.metrics.requests.with_label_values(&["following", rpc, "fallback"]).inc();
-                None
-            }
-        }
+        let all = self.caches.as_ref()?.following.limits().window + 1;
+        self.cached_following_page(rpc, user_id, after_cursor(after), all).await
     }
 
     /// Up to `limit` accounts both `a` and `b` follow, after `after` in `a`'s list order, from

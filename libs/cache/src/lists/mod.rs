@@ -36,7 +36,10 @@
 //!   boundary, so the set always holds every followed entry newer than the boundary. Removals
 //!   only shrink the window.
 
+mod fills;
 mod scripts;
+
+pub use fills::{FILL_SLOTS, FillSlot, FillSlots};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
