@@ -160,3 +160,39 @@ async fn a_list_marked_too_long_is_neither_filled_nor_applied_to() -> anyhow::Re
     assert!(!exists(&keys.following(USER)).await?, "no entries are kept");
     Ok(())
 }
+
+/// Restriction summaries, filled under memcached-style leases: a fill that read the database
+/// before a write is refused once the write deleted the key, a second reader during a fill asks
+/// the database, and a lease that expired lets the next reader fill.
+#[tokio::test]
+async fn a_restriction_summary_read_before_a_write_is_never_stored_after_it() -> anyhow::Result<()> {
+    use socialgraph_cache::restrictions::{Held, Kind, RestrictionCache, SummaryRead};
+    let (_, keys) = fresh().await?;
+    let pool = socialgraph_cache::pool(&cache_redis_url(), 2, Duration::from_secs(5))?;
+    let cache = RestrictionCache::new(pool, keys.clone(), Duration::from_secs(600), Duration::from_secs(5));
+    let block = Held { kind: Kind::Block, owner: USER, target: 7 };
+    let SummaryRead::Lease(stale) = cache.read(USER).await? else { panic!("a missing summary hands out the lease") };
+    assert_eq!(cache.read(USER).await?, SummaryRead::Database, "a second reader while a fill runs asks the database");
+    // A write commits (USER blocks 7) and deletes the summary, lease included.
+    cache.forget(&[USER]).await?;
+    assert!(!cache.commit(USER, &stale, Some(&[])).await?, "the fill read before the write: refused");
+    let SummaryRead::Lease(fresh_lease) = cache.read(USER).await? else { panic!("the refused fill left no summary") };
+    assert!(cache.commit(USER, &fresh_lease, Some(&[block])).await?);
+    assert_eq!(cache.read(USER).await?, SummaryRead::Hit(vec![block]));
+    assert!(!cache.commit(USER, &fresh_lease, Some(&[])).await?, "a lease is used once");
+    // Too many restrictions: remembered as such, and read from the database.
+    cache.forget(&[USER]).await?;
+    let SummaryRead::Lease(n) = cache.read(USER).await? else { panic!("forgotten") };
+    assert!(cache.commit(USER, &n, None).await?);
+    assert_eq!(cache.read(USER).await?, SummaryRead::Database);
+    // A lease whose fill died expires, and the next reader fills.
+    cache.forget(&[USER]).await?;
+    let SummaryRead::Lease(_) = cache.read(USER).await? else { panic!("forgotten") };
+    tokio::time::sleep(socialgraph_cache::restrictions::LEASE + Duration::from_millis(100)).await;
+    assert!(matches!(cache.read(USER).await?, SummaryRead::Lease(_)), "an expired lease is taken over");
+    // A malformed value is dropped, not served.
+    let _: () = redis::AsyncCommands::set(&mut redis_conn(&cache_redis_url()).await?, keys.restrictions(USER), "b:1").await?;
+    assert_eq!(cache.read(USER).await?, SummaryRead::Database);
+    assert!(!exists(&keys.restrictions(USER)).await?, "the malformed summary was deleted");
+    Ok(())
+}

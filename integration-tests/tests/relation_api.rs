@@ -226,7 +226,8 @@ async fn paging_while_follows_arrive_yields_each_stable_edge_exactly_once() -> a
     loop {
         let r = client.list_following(ListFollowingRequest { user_id: 1, page_size: 97, page_token: token }).await?.into_inner();
         seen.extend(r.following.iter().map(|e| e.user_id));
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Long enough between pages for the churn to run a few rounds on a loaded machine.
+        tokio::time::sleep(Duration::from_millis(25)).await;
         if r.next_page_token.is_empty() {
             break;
         }

@@ -23,6 +23,7 @@ mod m20261201_000011_add_following_blocked;
 mod m20261201_000012_create_account;
 mod m20261201_000013_create_follow_request;
 mod m20261201_000014_create_cache_stale;
+mod m20261201_000015_create_block_blocked_index;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000012_create_account::Migration),
             Box::new(m20261201_000013_create_follow_request::Migration),
             Box::new(m20261201_000014_create_cache_stale::Migration),
+            Box::new(m20261201_000015_create_block_blocked_index::Migration),
         ]
     }
 }

@@ -50,6 +50,12 @@ impl Keys {
         [set, versions, relationships]
     }
 
+    /// `sg:rst:{uid}`: the user's restriction summary in the cache Redis (a string; see
+    /// [`crate::restrictions`]).
+    pub fn restrictions(&self, user_id: i64) -> String {
+        format!("{}sg:rst:{{{user_id}}}", self.prefix)
+    }
+
     /// `sg:capp:{consumer}`: hash partition → next offset of the last batch the consumer
     /// applied to the list caches (see [`crate::lists::AppliedMark`]).
     pub fn cache_applied(&self, consumer: &str) -> String {

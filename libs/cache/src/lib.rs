@@ -6,6 +6,7 @@ pub mod entities;
 pub mod keys;
 pub mod lists;
 pub mod rate_limit;
+pub mod restrictions;
 
 use std::time::Duration;
 

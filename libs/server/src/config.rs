@@ -234,7 +234,8 @@ impl CacheSettings {
         };
         Ok(Some(ListCaches {
             following: ListCache::new(pool.clone(), keys.clone(), Direction::Following, limits(self.following_max)),
-            followers: ListCache::new(pool, keys, Direction::Followers, limits(self.followers_window)),
+            followers: ListCache::new(pool.clone(), keys.clone(), Direction::Followers, limits(self.followers_window)),
+            restrictions: socialgraph_cache::restrictions::RestrictionCache::new(pool, keys, std::time::Duration::from_secs(self.ttl_secs), timeout),
         }))
     }
 }

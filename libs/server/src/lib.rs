@@ -5,6 +5,7 @@
 
 mod admin;
 pub mod auth;
+pub mod cache_drain;
 pub mod cli;
 mod config;
 mod error;
@@ -25,9 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
 
-/// The list-cache counters relation-svc and projection-svc both export, registered in
+/// The cache counters relation-svc and projection-svc both export, registered in
 /// `registry`: `sg_cache_requests_total{cache,rpc,result}` (reads: local, hit, miss,
-/// past_window, partial, fallback) and `sg_cache_fills_total{cache,result}` (fills: cached,
+/// past_window, partial, uncached (a restriction summary being filled elsewhere or too long),
+/// fallback) and `sg_cache_fills_total{cache,result}` (fills: cached,
 /// raced, too_long, behind, skipped, failed).
 ///
 /// # Errors
@@ -36,7 +38,7 @@ pub fn cache_counters(registry: &prometheus::Registry) -> prometheus::Result<(pr
     let requests = prometheus::IntCounterVec::new(
         prometheus::Opts::new(
             "sg_cache_requests_total",
-            "List-cache reads by cache, RPC and result (local, hit, miss, past_window, partial, fallback)",
+            "Cache reads by cache, RPC and result (local, hit, miss, past_window, partial, uncached, fallback)",
         ),
         &["cache", "rpc", "result"],
     )?;

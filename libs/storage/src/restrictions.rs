@@ -82,6 +82,56 @@ pub async fn between<C: ConnectionTrait>(conn: &C, user_id: i64, others: &[i64])
     Ok(out)
 }
 
+/// Every restriction a relationship read of `user_id` needs, as (kind, owner, target): blocks
+/// by and of the user, the user's mutes, follow requests by and to the user; `None` when there
+/// are more than `limit`. One query per kind and side, each served by a primary key or the
+/// target index.
+///
+/// # Errors
+/// Database errors.
+pub async fn of_user<C: ConnectionTrait>(conn: &C, user_id: i64, limit: usize) -> Result<Option<Vec<(Restriction, i64, i64)>>, DbErr> {
+    let mut out = Vec::new();
+    for (kind, as_owner) in [
+        (Restriction::Block, true),
+        (Restriction::Block, false),
+        (Restriction::Mute, true),
+        (Restriction::Request, true),
+        (Restriction::Request, false),
+    ] {
+        let (o, t) = kind.cols();
+        let mine = if as_owner { o.clone() } else { t.clone() };
+        let q = Query::select()
+            .columns([o, t])
+            .from(kind.table())
+            .and_where(Expr::col(mine).eq(user_id))
+            .limit((limit + 1 - out.len()) as u64)
+            .to_owned();
+        for row in conn.query_all(&q).await? {
+            out.push((kind, row.try_get_by_index(0)?, row.try_get_by_index(1)?));
+        }
+        if out.len() > limit {
+            return Ok(None);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Every user on the other side of a `kind` restriction of `user_id` (either side).
+///
+/// # Errors
+/// Database errors.
+pub async fn peers_of<C: ConnectionTrait>(conn: &C, kind: Restriction, user_id: i64) -> Result<Vec<i64>, DbErr> {
+    let (o, t) = kind.cols();
+    let mut peers = Vec::new();
+    for (mine, theirs) in [(o.clone(), t.clone()), (t, o)] {
+        let q = Query::select().column(theirs).from(kind.table()).and_where(Expr::col(mine).eq(user_id)).to_owned();
+        for row in conn.query_all(&q).await? {
+            peers.push(row.try_get_by_index(0)?);
+        }
+    }
+    Ok(peers)
+}
+
 /// True when `owner` restricts `target`; with `for_update` the row, if any, is locked until
 /// the transaction ends.
 ///

@@ -1,6 +1,8 @@
-//! The `cache_stale` table: users whose cached following list may have missed an event while
-//! the cache Redis was unreachable. Marked in the transaction that stores the consumer's
-//! offset, so a crash cannot forget them; cleared once their cached lists are deleted.
+//! The `cache_stale` table: users whose cached state may be wrong. projection-svc marks the
+//! users of a batch the cache Redis did not take, in the transaction that stores the consumer's
+//! offset; relation-svc marks both users of every restriction change, in the change's own
+//! transaction. So a crash cannot forget them; each mark is cleared once everything cached of
+//! the user is deleted (`socialgraph_server::cache_drain`).
 //!
 //! Every mark of a user bumps its `marks`, and a clear removes a row only if `marks` is still
 //! what the drain read: a user marked again after its cached list was deleted stays marked.

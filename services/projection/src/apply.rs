@@ -7,7 +7,8 @@
 //! with the same version rule, so a batch applied again after a crash changes nothing), with
 //! its position first (see [`crate::cache`] for why fills need it). When the cache Redis cannot
 //! be reached, the batch's users are marked in `cache_stale` in the same transaction, and
-//! [`drain_stale`] deletes their cached lists once it answers again.
+//! the stale drain ([`socialgraph_server::cache_drain`]) deletes their cached lists once it answers
+//! again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::lists::{AppliedMark, CachedEdge, ListCaches};
+use socialgraph_cache::lists::{AppliedMark, CachedEdge};
 use socialgraph_domain::Edge;
 use socialgraph_domain::EdgeState;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
@@ -169,33 +170,6 @@ impl BatchHandler for Projector {
             socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position, &stale_users).instrument(span.clone())).await?;
         self.applied.inc_by(changed);
         Ok(())
-    }
-}
-
-/// Deletes the cached lists (both directions) of the users marked in `cache_stale`, oldest
-/// mark first, then their marks, until none is left or the cache Redis fails again; returns the
-/// users cleared.
-///
-/// # Errors
-/// Database errors (a cache failure just ends the round).
-pub async fn drain_stale(db: &DatabaseConnection, lists: &ListCaches) -> Result<usize, sea_orm::DbErr> {
-    let mut cleared = 0;
-    loop {
-        let users = stale::oldest(db, 500).await?;
-        if users.is_empty() {
-            return Ok(cleared);
-        }
-        let ids: Vec<i64> = users.iter().map(|u| u.user_id).collect();
-        let evicted = match lists.following.evict(&ids).await {
-            Ok(()) => lists.followers.evict(&ids).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = evicted {
-            tracing::debug!(error = %e, "cache Redis still unavailable; stale users stay marked");
-            return Ok(cleared);
-        }
-        stale::clear(db, &users).await?;
-        cleared += users.len();
     }
 }
 

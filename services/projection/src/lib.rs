@@ -116,7 +116,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
     let consumers = tokio::spawn(consume(config.clone(), Arc::clone(&parts.projector), progress.clone(), lag, readiness.clone(), loops.clone()));
-    let drain = cache.map(|cache| tokio::spawn(drain_task(db.clone(), cache, loops.clone())));
+    let drain = cache.map(|cache| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), cache, loops.clone())));
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = parts.routes(config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
@@ -128,24 +128,6 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let _ = admin_task.await;
     db.close().await.ok();
     served
-}
-
-/// How often the stale-user drain looks for users to clear: once the cache Redis answers
-/// again, the lists of a batch it did not take are served stale for at most about this long
-/// (a query of the empty table costs next to nothing).
-pub const STALE_DRAIN_EVERY: Duration = Duration::from_millis(200);
-
-/// Every [`STALE_DRAIN_EVERY`], deletes the cached lists of users marked stale while the cache
-/// Redis was unreachable ([`apply::drain_stale`]).
-async fn drain_task(db: sea_orm::DatabaseConnection, cache: socialgraph_cache::lists::ListCaches, cancel: CancellationToken) {
-    while !cancel.is_cancelled() {
-        match apply::drain_stale(&db, &cache).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(users = n, "deleted cached lists marked stale"),
-            Err(e) => tracing::warn!(error = %e, "could not drain stale cache marks"),
-        }
-        tokio::select! { _ = tokio::time::sleep(STALE_DRAIN_EVERY) => {}, _ = cancel.cancelled() => {} }
-    }
 }
 
 /// Connects to Kafka (retrying while it is down), makes sure the topic exists, starts one

@@ -55,16 +55,30 @@ pub struct Caches {
     /// Follower windows (filled by projection-svc; read here for the incoming direction of
     /// relationships, and written through with the caller's own changes).
     pub followers: ListCache,
+    /// Restriction summaries (filled and deleted here; see [`crate::restrict_cache`]).
+    pub restrictions: socialgraph_cache::restrictions::RestrictionCache,
     /// Metrics.
     pub metrics: CacheMetrics,
     /// Background fills of following lists in this instance.
     pub fills: FillSlots,
+    /// Background fills of restriction summaries in this instance.
+    pub restriction_fills: FillSlots,
+    /// The whole cache, for the stale drain.
+    pub all: socialgraph_cache::lists::ListCaches,
 }
 
 impl Caches {
     /// The caches `lists` with their limits and metrics.
     pub fn new(lists: socialgraph_cache::lists::ListCaches, metrics: CacheMetrics) -> Self {
-        Self { following: lists.following, followers: lists.followers, metrics, fills: FillSlots::default() }
+        Self {
+            following: lists.following.clone(),
+            followers: lists.followers.clone(),
+            restrictions: lists.restrictions.clone(),
+            metrics,
+            fills: FillSlots::default(),
+            restriction_fills: FillSlots::default(),
+            all: lists,
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod joins;
 pub mod lifecycle;
 pub mod requests;
 pub mod restrict;
+mod restrict_cache;
 pub mod service;
 
 use std::sync::Arc;
@@ -101,6 +102,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
 
     let jobs = tokio::spawn(lifecycle::run_jobs(Arc::clone(&relations), relations.jobs_wake(), ACCOUNT_JOB_POLL, loops.clone()));
+    let drain = relations.cache_for_drain().map(|c| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), c, loops.clone())));
 
     let readiness = Readiness::default();
     readiness.set(true);
@@ -112,6 +114,9 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         let _ = relay.await;
     }
     let _ = jobs.await;
+    if let Some(drain) = drain {
+        let _ = drain.await;
+    }
     let _ = admin_task.await;
     db.close().await.ok();
     served

@@ -186,6 +186,13 @@ impl Relations {
         }
         match acc.job {
             AccountJob::Delete => {
+                let mut peers = vec![user_id];
+                for kind in [Restriction::Block, Restriction::Mute, Restriction::Request] {
+                    peers.extend(restrictions::peers_of(txn, kind, user_id).await?);
+                }
+                // The stale drain deletes the summaries of everyone the account restricted or
+                // was restricted by.
+                self.restrictions_changed(txn, &peers).await?;
                 restrictions::delete_all_of(txn, Restriction::Block, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Mute, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Request, user_id).await?;

@@ -43,7 +43,11 @@ pub enum Direction {
 impl Relations {
     /// `follower_id` asks to follow the locked `followee_id`. Validated ids, token taken.
     pub(crate) async fn request_follow(&self, follower_id: i64, followee_id: i64) -> ApiResult<RequestOutcome> {
-        Ok(in_tx!(self, txn => self.request_tx(&txn, follower_id, followee_id).await))
+        let out = in_tx!(self, txn => self.request_tx(&txn, follower_id, followee_id).await);
+        if matches!(out, RequestOutcome::Done(FollowOutcome { changed: true, .. })) {
+            self.forget_restrictions(&[follower_id, followee_id]).await;
+        }
+        Ok(out)
     }
 
     async fn request_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<RequestOutcome, TxError> {
@@ -69,10 +73,29 @@ impl Relations {
             return Err(TxError::Api(cap_reached(follower_id, count, cap)));
         }
         restrictions::insert(txn, Restriction::Request, follower_id, followee_id, now_ms()).await?;
+        self.restrictions_changed(txn, &[follower_id, followee_id]).await?;
         if !accounts::inactive_among(txn, &[follower_id]).await?.is_empty() {
             return Err(TxError::Api(crate::lifecycle::inactive_error()));
         }
         Ok(RequestOutcome::Done(pending))
+    }
+
+    /// Cancels `follower_id`'s pending request to follow `followee_id` (an Unfollow of an
+    /// account not followed); true when there was one.
+    pub(crate) async fn cancel_request(&self, follower_id: i64, followee_id: i64) -> ApiResult<bool> {
+        let cancelled = in_tx!(self, txn => async {
+            let cancelled = restrictions::delete(&txn, Restriction::Request, follower_id, followee_id).await?;
+            if cancelled {
+                self.restrictions_changed(&txn, &[follower_id, followee_id]).await?;
+            }
+            Ok::<_, sea_orm::DbErr>(cancelled)
+        }
+        .await
+        .map_err(TxError::Db));
+        if cancelled {
+            self.forget_restrictions(&[follower_id, followee_id]).await;
+        }
+        Ok(cancelled)
     }
 
     /// Locks (`locked`) or unlocks `user_id`'s account; unlocking approves every pending
@@ -110,6 +133,9 @@ impl Relations {
             self.relay_wake.notify_one();
             self.write_through_edges(&out.1).await;
         }
+        if out.0 && !locked {
+            self.forget_restrictions(&[user_id]).await;
+        }
         Ok((out.0, out.1.len() as i64))
     }
 
@@ -128,11 +154,18 @@ impl Relations {
             return Err(bad.into());
         }
         if !approve {
-            let gone =
-                in_tx!(self, txn => restrictions::delete_many(&txn, Restriction::Request, user_id, requester_ids, true).await.map_err(TxError::Db));
+            let gone = in_tx!(self, txn => async {
+                let gone = restrictions::delete_many(&txn, Restriction::Request, user_id, requester_ids, true).await?;
+                self.restrictions_changed(&txn, &with_user(&gone, user_id)).await?;
+                Ok::<_, sea_orm::DbErr>(gone)
+            }
+            .await
+            .map_err(TxError::Db));
+            self.forget_restrictions(&with_user(&gone, user_id)).await;
             return Ok(gone.len() as i64);
         }
         let approved = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);
+        self.forget_restrictions(&with_user(requester_ids, user_id)).await;
         if !approved.is_empty() {
             self.relay_wake.notify_one();
             self.write_through_edges(&approved).await;
@@ -155,6 +188,7 @@ impl Relations {
         wanted.sort_unstable();
         wanted.dedup();
         let found = restrictions::delete_many(txn, Restriction::Request, user_id, &wanted, true).await?;
+        self.restrictions_changed(txn, &with_user(&found, user_id)).await?;
         let pairs: Vec<(i64, i64)> = found.iter().map(|&r| (r, user_id)).collect();
         let existing: std::collections::HashMap<(i64, i64), Edge> =
             edges::get_many(txn, EdgeTable::Following, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
@@ -220,4 +254,13 @@ impl FollowOutcome {
         let edge = edge.unwrap_or(Edge { follower_id, followee_id, state: EdgeState::NotFollowing, version: 0, followed_at_ms: 0, updated_at_ms: 0 });
         Self { changed: true, edge, requested: true }
     }
+}
+
+/// `peers` and `user_id`: the users whose restriction summaries a change of requests between
+/// them touches (none when no request changed).
+fn with_user(peers: &[i64], user_id: i64) -> Vec<i64> {
+    if peers.is_empty() {
+        return Vec::new();
+    }
+    peers.iter().copied().chain([user_id]).collect()
 }

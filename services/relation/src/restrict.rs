@@ -82,6 +82,9 @@ impl Relations {
     pub async fn block(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<BlockOutcome> {
         validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
         let (out, ended) = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
+        if out.changed {
+            self.forget_restrictions(&[blocker_id, blocked_id]).await;
+        }
         if !ended.is_empty() {
             self.relay_wake.notify_one();
             self.write_through_edges(&ended).await;
@@ -105,6 +108,7 @@ impl Relations {
             return Ok((BlockOutcome { changed: false, edges_removed: 0 }, Vec::new()));
         }
         restrictions::insert(txn, Restriction::Block, blocker_id, blocked_id, now).await?;
+        self.restrictions_changed(txn, &[blocker_id, blocked_id]).await?;
         // Pending follow requests between them go too (not edges: no events).
         restrictions::delete(txn, Restriction::Request, blocker_id, blocked_id).await?;
         restrictions::delete(txn, Restriction::Request, blocked_id, blocker_id).await?;
@@ -128,7 +132,7 @@ impl Relations {
     /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
     pub async fn unblock(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<bool> {
         validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
-        Ok(in_tx!(self, txn => async {
+        let lifted = in_tx!(self, txn => async {
             let rows = pair_rows(blocker_id, blocked_id);
             for (f, e) in rows {
                 edges::get_following(&txn, f, e, true).await?;
@@ -136,6 +140,7 @@ impl Relations {
             if !restrictions::delete(&txn, Restriction::Block, blocker_id, blocked_id).await? {
                 return Ok(false);
             }
+            self.restrictions_changed(&txn, &[blocker_id, blocked_id]).await?;
             if !restrictions::exists(&txn, Restriction::Block, blocked_id, blocker_id, false).await? {
                 let now = now_ms();
                 for (f, e) in rows {
@@ -145,7 +150,11 @@ impl Relations {
             Ok::<_, sea_orm::DbErr>(true)
         }
         .await
-        .map_err(TxError::Db)))
+        .map_err(TxError::Db));
+        if lifted {
+            self.forget_restrictions(&[blocker_id, blocked_id]).await;
+        }
+        Ok(lifted)
     }
 
     /// `muter_id` mutes (`on`) or unmutes `muted_id`; true when that changed anything.
@@ -154,20 +163,28 @@ impl Relations {
     /// INVALID_ARGUMENT (bad ids, SELF_MUTE); UNAVAILABLE.
     pub async fn set_mute(&self, muter_id: i64, muted_id: i64, on: bool) -> ApiResult<bool> {
         validate_restriction(("muter_id", "muted_id"), muter_id, muted_id, "SELF_MUTE")?;
-        if !on {
-            let delete = || restrictions::delete(&self.db, Restriction::Mute, muter_id, muted_id);
-            return socialgraph_storage::retry_tx(crate::service::MAX_TX_RETRIES, delete).await.map_err(db_error);
-        }
         // Two identical mutes at once: the second insert meets the key and retries, then sees it.
-        Ok(in_tx!(self, txn => async {
-            if restrictions::exists(&txn, Restriction::Mute, muter_id, muted_id, false).await? {
-                return Ok(false);
+        let changed = in_tx!(self, txn => async {
+            let changed = if on {
+                let new = !restrictions::exists(&txn, Restriction::Mute, muter_id, muted_id, false).await?;
+                if new {
+                    restrictions::insert(&txn, Restriction::Mute, muter_id, muted_id, now_ms()).await?;
+                }
+                new
+            } else {
+                restrictions::delete(&txn, Restriction::Mute, muter_id, muted_id).await?
+            };
+            if changed {
+                self.restrictions_changed(&txn, &[muter_id, muted_id]).await?;
             }
-            restrictions::insert(&txn, Restriction::Mute, muter_id, muted_id, now_ms()).await?;
-            Ok::<_, sea_orm::DbErr>(true)
+            Ok::<_, sea_orm::DbErr>(changed)
         }
         .await
-        .map_err(TxError::Db)))
+        .map_err(TxError::Db));
+        if changed {
+            self.forget_restrictions(&[muter_id, muted_id]).await;
+        }
+        Ok(changed)
     }
 
     /// `user_id` removes `follower_id` from its followers: the edge follower → user ends.
@@ -199,12 +216,17 @@ impl Relations {
     }
 
     /// For each of `others`, in order: the blocks, mute and pending follow requests between it
-    /// and `user_id`. The ids are validated by the caller.
+    /// and `user_id`, from the user's cached restriction summary when there is one, else from
+    /// the database (`rpc` names the caller in the cache metrics). The ids are validated by the
+    /// caller.
     ///
     /// # Errors
     /// UNAVAILABLE.
-    pub async fn restrictions_with(&self, user_id: i64, others: &[i64]) -> ApiResult<Vec<Flags>> {
-        let found = restrictions::between(&self.db, user_id, others).await.map_err(db_error)?;
+    pub async fn restrictions_with(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Vec<Flags>> {
+        let found = match self.cached_restrictions(rpc, user_id).await {
+            Some(found) => found,
+            None => restrictions::between(&self.db, user_id, others).await.map_err(db_error)?,
+        };
         let has = |kind: Restriction, owner: i64, target: i64| found.contains(&(kind, owner, target));
         Ok(others
             .iter()

@@ -333,8 +333,7 @@ impl Relations {
             self.write_through(&[(follower_id, tombstone)]).await;
         } else {
             // Not following: maybe a request is pending (a locked followee); cancel it.
-            let cancel = || restrictions::delete(&self.db, Restriction::Request, follower_id, followee_id);
-            outcome.request_cancelled = socialgraph_storage::retry_tx(MAX_TX_RETRIES, cancel).await.map_err(db_error)?;
+            outcome.request_cancelled = self.cancel_request(follower_id, followee_id).await?;
         }
         Ok(outcome)
     }

@@ -143,6 +143,21 @@ pub struct ListCaches {
     pub following: ListCache,
     /// Follower windows (`sg:fan`), filled by projection-svc from `follower`.
     pub followers: ListCache,
+    /// Restriction summaries (`sg:rst`), filled by relation-svc.
+    pub restrictions: crate::restrictions::RestrictionCache,
+}
+
+impl ListCaches {
+    /// Deletes everything cached of `users` (both lists, with their relationship hashes, and
+    /// the restriction summaries): what the stale drain does to users marked in `cache_stale`.
+    ///
+    /// # Errors
+    /// The cache Redis is unreachable, slow or failing.
+    pub async fn evict_users(&self, users: &[i64]) -> Result<(), CacheError> {
+        self.following.evict(users).await?;
+        self.followers.evict(users).await?;
+        self.restrictions.forget(users).await
+    }
 }
 
 /// One list cache (one direction) of one cache Redis. Cheap to clone.

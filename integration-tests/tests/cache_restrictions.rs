@@ -1,0 +1,162 @@
+//! Restriction summaries in the cache Redis, through relation-svc on PostgreSQL: relationship
+//! reads take blocks, mutes and follow requests from the cache, every change shows in the very
+//! next read of either user (also while summaries are evicted at random), and a summary the
+//! writer could not delete is deleted by the stale drain.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use sea_orm::{ConnectionTrait, Statement};
+use socialgraph_cache::keys::Keys;
+use socialgraph_integration_tests::*;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_proto::relation::v1::*;
+use socialgraph_testkit::{Backend, TestDb, cache_redis_url};
+use tonic::transport::Channel;
+
+type Client = RelationServiceClient<Channel>;
+
+/// blocking, blocked_by, muting, requested, requested_by.
+type Flags = [bool; 5];
+
+fn flags(r: &Relationship) -> Flags {
+    [r.blocking, r.blocked_by, r.muting, r.requested, r.requested_by]
+}
+
+/// The flags of `user` with each of `others`, from the tables themselves.
+async fn truth(db: &TestDb, user: i64, others: &[i64]) -> anyhow::Result<Vec<Flags>> {
+    let pairs = |table: &'static str| {
+        let conn = db.conn.clone();
+        async move {
+            let sql = format!("SELECT * FROM {table}");
+            let rows = conn.query_all_raw(Statement::from_string(conn.get_database_backend(), sql)).await?;
+            rows.iter().map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?))).collect::<anyhow::Result<HashSet<(i64, i64)>>>()
+        }
+    };
+    let (blocks, mutes, requests) = (pairs("block").await?, pairs("mute").await?, pairs("follow_request").await?);
+    Ok(others
+        .iter()
+        .map(|&o| {
+            [
+                blocks.contains(&(user, o)),
+                blocks.contains(&(o, user)),
+                mutes.contains(&(user, o)),
+                requests.contains(&(user, o)),
+                requests.contains(&(o, user)),
+            ]
+        })
+        .collect())
+}
+
+async fn read(c: &mut Client, user: i64, others: &[i64]) -> anyhow::Result<Vec<Flags>> {
+    let r = c.batch_get_relationships(BatchGetRelationshipsRequest { user_id: user, other_user_ids: others.to_vec() }).await?.into_inner();
+    Ok(r.relationships.iter().map(flags).collect())
+}
+
+/// One random change between `a` and `b`; refusals (a follow across a block) are answers too.
+async fn change(c: &mut Client, rng: &mut StdRng, a: i64, b: i64) -> anyhow::Result<&'static str> {
+    let op = rng.random_range(0..8);
+    let r = match op {
+        0 => c.block(BlockRequest { blocker_id: a, blocked_id: b }).await.map(|_| ()),
+        1 => c.unblock(UnblockRequest { blocker_id: a, blocked_id: b }).await.map(|_| ()),
+        2 => c.mute(MuteRequest { muter_id: a, muted_id: b }).await.map(|_| ()),
+        3 => c.unmute(UnmuteRequest { muter_id: a, muted_id: b }).await.map(|_| ()),
+        4 => c.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(|_| ()),
+        5 => c.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await.map(|_| ()),
+        6 => c.approve_follow_requests(ApproveFollowRequestsRequest { user_id: b, requester_ids: vec![a] }).await.map(|_| ()),
+        _ => c.reject_follow_requests(RejectFollowRequestsRequest { user_id: b, requester_ids: vec![a] }).await.map(|_| ()),
+    };
+    match r {
+        Ok(()) => Ok("changed"),
+        Err(s) if s.code() == tonic::Code::FailedPrecondition => Ok("refused"),
+        Err(s) => Err(s.into()),
+    }
+}
+
+#[tokio::test]
+async fn every_restriction_change_shows_in_the_next_cached_relationship_read() -> anyhow::Result<()> {
+    let (db, svc, topic) = relation_on(Backend::Postgres, |_| {}).await?;
+    let mut c = svc.client().await?;
+    let users: Vec<i64> = (1..=12).collect();
+    for locked in 1..=4 {
+        c.set_account_locked(SetAccountLockedRequest { user_id: locked, locked: true }).await?;
+    }
+    // Evictions at random while the changes run: a summary may vanish at any time.
+    let keys = Keys::new(cache_settings(&topic).key_prefix);
+    let evictor = {
+        let (keys, users) = (keys.clone(), users.clone());
+        let mut conn = redis_conn(&cache_redis_url()).await?;
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(2);
+            loop {
+                let u = users[rng.random_range(0..users.len())];
+                let _: Result<i64, _> = redis::AsyncCommands::del(&mut conn, keys.restrictions(u)).await;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+        })
+    };
+    let mut rng = StdRng::seed_from_u64(1);
+    for step in 0..400 {
+        let a = users[rng.random_range(0..users.len())];
+        let b = loop {
+            let b = users[rng.random_range(0..users.len())];
+            if b != a {
+                break b;
+            }
+        };
+        let what = change(&mut c, &mut rng, a, b).await?;
+        for u in [a, b] {
+            let others: Vec<i64> = users.iter().copied().filter(|&o| o != u).collect();
+            assert_eq!(read(&mut c, u, &others).await?, truth(&db, u, &others).await?, "step {step} ({what}, {a} and {b}): user {u}");
+        }
+    }
+    evictor.abort();
+    let text = svc.metrics().await?;
+    let hits = metric_sum(&text, "sg_cache_requests_total", "cache=\"restrictions\",result=\"hit\",rpc=\"BatchGetRelationships\"");
+    let fallbacks = metric_sum(&text, "sg_cache_requests_total", "cache=\"restrictions\",result=\"fallback\",rpc=\"BatchGetRelationships\"");
+    println!("{hits} of 800 relationship reads took their restrictions from the cache");
+    assert!(hits >= 200.0, "most of the 800 reads come from the cache, {hits} did");
+    assert_eq!(fallbacks, 0.0, "the cache Redis was up all along");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_summary_its_writer_could_not_delete_is_deleted_by_the_stale_drain() -> anyhow::Result<()> {
+    let (db, reader, topic) = relation_on(Backend::Postgres, |_| {}).await?;
+    // A second instance on the same database whose cache Redis cannot be reached.
+    let mut config = relation_config(&db.url, &topic);
+    config.cache.url = "redis://127.0.0.1:1".into();
+    config.cache.timeout_ms = 100;
+    config.kafka.relay_enabled = false;
+    let cut_off = spawn_relation(config).await?;
+    let (mut r, mut w) = (reader.client().await?, cut_off.client().await?);
+    let get = |c: &mut Client| {
+        let mut c = c.clone();
+        async move {
+            let rel = c.get_relationship(GetRelationshipRequest { user_id: 1, other_user_id: 2 }).await?.into_inner().relationship;
+            anyhow::Ok(rel.map(|r| flags(&r)).unwrap_or_default())
+        }
+    };
+    assert_eq!(get(&mut r).await?, [false; 5]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(&mut r).await?, [false; 5]);
+    let hit = |text: &str, result: &str| {
+        metric_sum(text, "sg_cache_requests_total", &format!("cache=\"restrictions\",result=\"{result}\",rpc=\"GetRelationship\""))
+    };
+    let text = reader.metrics().await?;
+    let fills: Vec<&str> = text.lines().filter(|l| l.contains("restrictions")).collect();
+    assert_eq!(hit(&text, "hit"), 1.0, "the second read came from the filled summary: {fills:?}");
+    w.block(BlockRequest { blocker_id: 1, blocked_id: 2 }).await?;
+    let failed = metric_sum(&cut_off.metrics().await?, "sg_cache_writes_total", "cache=\"restrictions\",result=\"failed\"");
+    assert_eq!(failed, 1.0, "the writer could not delete the summary");
+    let start = Instant::now();
+    while get(&mut r).await? != [true, false, false, false, false] {
+        assert!(start.elapsed() < Duration::from_secs(2), "the stale drain deletes the summary within about 200 ms");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("stale summary served for {:?} after the block", start.elapsed());
+    let marks = db.conn.query_all_raw(Statement::from_string(db.conn.get_database_backend(), "SELECT user_id FROM cache_stale".to_owned())).await?;
+    assert!(marks.is_empty(), "the drain cleared the marks");
+    Ok(())
+}
