@@ -196,3 +196,19 @@ async fn a_restriction_summary_read_before_a_write_is_never_stored_after_it() ->
     assert!(!exists(&keys.restrictions(USER)).await?, "the malformed summary was deleted");
     Ok(())
 }
+
+/// One call carrying several changes of the same edge, in any order, ends at the newest of
+/// them, with the member count right (the merge reads every stored version at once, so it must
+/// also order the changes within the call).
+#[tokio::test]
+async fn several_changes_of_one_edge_in_one_call_end_at_the_newest() -> anyhow::Result<()> {
+    let (cache, _) = fresh().await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)], None).await?);
+    // 1: v3 unfollowed, then a late copy of v2 followed; 3: followed twice (v1, v2, newer time).
+    let changes = [(USER, edge(1, 3, false, 100)), (USER, edge(1, 2, true, 100)), (USER, edge(3, 1, true, 300)), (USER, edge(3, 2, true, 400))];
+    assert_eq!(cache.apply(&changes, None).await?, 2, "two members changed");
+    assert_eq!(cache.page(USER, None, 10).await?, PageRead::Hit(vec![(3, 400), (2, 200)]));
+    assert_eq!(cache.count(USER).await?, Some(2), "the member count follows the set");
+    Ok(())
+}
