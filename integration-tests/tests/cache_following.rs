@@ -392,7 +392,7 @@ async fn a_list_longer_than_the_window_serves_its_newest_entries_and_reads_the_r
     client.follow(FollowRequest { follower_id: 1, followee_id: 7 }).await?;
     assert_eq!(walk(&mut client, 1, 2).await?.iter().map(|e| e.0).collect::<Vec<_>>(), vec![7, 6, 5, 4, 3, 2]);
     let text = svc.metrics().await?;
-    assert_eq!(metric_sum(&text, "sg_cache_fills_total", "result=\"cached\""), 1.0, "one fill; a window is never refilled");
+    assert_eq!(metric_sum(&text, "sg_cache_fills_total", "cache=\"following\",result=\"cached\""), 1.0, "one fill; a window is never refilled");
     // Three walks from the window: the first page of each is a hit, the two after it are past it.
     assert_eq!(metric_sum(&text, "sg_cache_requests_total", "result=\"hit\",rpc=\"ListFollowing\""), 3.0, "first pages come from the window");
     let past = metric_sum(&text, "sg_cache_requests_total", "result=\"past_window\",rpc=\"ListFollowing\"");

@@ -53,7 +53,8 @@ pub struct Caches {
     /// Following lists (filled here from `following`).
     pub following: ListCache,
     /// Follower windows (filled by projection-svc; read here for the incoming direction of
-    /// relationships, and written through with the caller's own changes).
+    /// relationships, whose relationship hashes this service fills from `following`, and
+    /// written through with the caller's own changes).
     pub followers: ListCache,
     /// Restriction summaries (filled and deleted here; see [`crate::restrict_cache`]).
     pub restrictions: socialgraph_cache::restrictions::RestrictionCache,
@@ -156,15 +157,12 @@ impl Relations {
         }
     }
 
-    /// followed_at of the edge between `user_id` and each of `others` (input order; `outgoing`:
-    /// user → other, from the user's following list, else other → user, from the user's
-    /// follower window) from the cache; `None` when the caller must read the database (a miss
-    /// of a following list also starts a fill in the background; follower windows are filled
-    /// by projection-svc).
-    pub(crate) async fn cached_at(&self, rpc: &str, user_id: i64, others: &[i64], outgoing: bool) -> Option<Vec<Option<i64>>> {
+    /// followed_at of `user_id`'s edge to each of `others` (input order; `None`: not
+    /// following) from the user's cached following list; `None` when the caller must read the
+    /// database (a miss also starts a fill in the background).
+    pub(crate) async fn following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
         let c = self.caches.as_ref()?;
-        let (cache, label) = if outgoing { (&c.following, "following") } else { (&c.followers, "followers") };
-        let read = cache.lookup(user_id, others, false).await.map(|answers| {
+        let read = c.following.lookup(user_id, others, false).await.map(|answers| {
             let unknown = answers.iter().filter(|a| **a == Lookup::Unknown).count();
             match unknown {
                 0 => Looked::Hit(answers.iter().map(|a| if let Lookup::Follows(ms) = a { Some(*ms) } else { None }).collect()),
@@ -172,14 +170,69 @@ impl Relations {
                 _ => Looked::Past,
             }
         });
-        match c.looked(label, rpc, read) {
+        match c.looked("following", rpc, read) {
             Looked::Hit(v) => Some(v),
-            Looked::Miss if outgoing => {
+            Looked::Miss => {
                 self.spawn_fill(c, user_id);
                 None
             }
-            Looked::Miss | Looked::Past | Looked::Fallback => None,
+            Looked::Past | Looked::Fallback => None,
         }
+    }
+
+    /// followed_at of each of `others`' edge to `user_id` (input order; `None`: not
+    /// following), from the user's follower window and relationship hash; the candidates
+    /// those do not know are read from `following` in one query and remembered in the
+    /// relationship hash. `Ok(None)` when the cache cannot answer (caches off or down): the
+    /// caller reads the database.
+    ///
+    /// No position fence is needed, unlike projection-svc's fills: `following` is the source
+    /// of truth, so every event applied before the candidates were marked is already in the
+    /// read, and every one applied after is kept over it by its version.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when the database fails.
+    pub(crate) async fn followed_by_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Option<Vec<Option<i64>>>> {
+        let Some(c) = self.caches.as_ref() else { return Ok(None) };
+        let looked = match c.followers.lookup(user_id, others, true).await {
+            Ok(looked) => looked,
+            Err(e) => {
+                tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
+                c.metrics.requests.with_label_values(&["followers", rpc, "fallback"]).inc();
+                return Ok(None);
+            }
+        };
+        let mut answers: Vec<Option<i64>> = looked.iter().map(|l| if let Lookup::Follows(ms) = l { Some(*ms) } else { None }).collect();
+        let unknown: Vec<i64> = others.iter().zip(&looked).filter(|(_, l)| **l == Lookup::Unknown).map(|(o, _)| *o).collect();
+        let label = match unknown.len() {
+            0 => "hit",
+            n if n == others.len() => "miss",
+            _ => "partial",
+        };
+        c.metrics.requests.with_label_values(&["followers", rpc, label]).inc();
+        if unknown.is_empty() {
+            return Ok(Some(answers));
+        }
+        let found: std::collections::HashMap<i64, Edge> =
+            edges::between(&self.db, user_id, &unknown, false).await.map_err(db_error)?.into_iter().map(|e| (e.follower_id, e)).collect();
+        for (answer, o) in answers.iter_mut().zip(others) {
+            if let Some(e) = found.get(o) {
+                *answer = (e.state == EdgeState::Following).then_some(e.followed_at_ms);
+            }
+        }
+        let remembered: Vec<CachedEdge> = unknown
+            .iter()
+            .map(|o| {
+                found.get(o).map_or(CachedEdge { peer_id: *o, version: 0, following: false, followed_at_ms: 0 }, |e| CachedEdge {
+                    peer_id: e.follower_id,
+                    ..cached_edge(e)
+                })
+            })
+            .collect();
+        if let Err(e) = c.followers.fill_relationships(user_id, &remembered).await {
+            tracing::debug!(error = %e, "could not remember the relationships read");
+        }
+        Ok(Some(answers))
     }
 
     /// Starts filling `user_id`'s cached list in the background when a fill slot is free

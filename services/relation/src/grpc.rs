@@ -173,9 +173,8 @@ impl RelationService for RelationGrpc {
     async fn get_relationship(&self, req: Request<pb::GetRelationshipRequest>) -> Result<Response<pb::GetRelationshipResponse>, Status> {
         let r = req.into_inner();
         validate_user_id("other_user_id", r.other_user_id).map_err(ApiError::from)?;
-        let mut rel = self.relations.relationships(r.user_id, &[r.other_user_id], "other_user_id").await?;
-        let pair = rel.pop().unwrap_or((None, None));
-        let flags = self.relations.restrictions_with("GetRelationship", r.user_id, &[r.other_user_id]).await?.pop().unwrap_or_default();
+        let (mut rel, mut flags) = self.relations.relationships_with_flags(r.user_id, &[r.other_user_id], "other_user_id").await?;
+        let (pair, flags) = (rel.pop().unwrap_or((None, None)), flags.pop().unwrap_or_default());
         Ok(Response::new(pb::GetRelationshipResponse { relationship: Some(relationship(r.other_user_id, pair, flags)) }))
     }
 
@@ -184,8 +183,7 @@ impl RelationService for RelationGrpc {
         req: Request<pb::BatchGetRelationshipsRequest>,
     ) -> Result<Response<pb::BatchGetRelationshipsResponse>, Status> {
         let r = req.into_inner();
-        let rel = self.relations.relationships(r.user_id, &r.other_user_ids, "other_user_ids").await?;
-        let flags = self.relations.restrictions_with("BatchGetRelationships", r.user_id, &r.other_user_ids).await?;
+        let (rel, flags) = self.relations.relationships_with_flags(r.user_id, &r.other_user_ids, "other_user_ids").await?;
         let relationships = r.other_user_ids.iter().zip(rel).zip(flags).map(|((&o, p), f)| relationship(o, p, f)).collect();
         Ok(Response::new(pb::BatchGetRelationshipsResponse { relationships }))
     }

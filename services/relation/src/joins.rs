@@ -6,9 +6,10 @@
 //!   whole following list, two reads in one round trip each (in parallel), intersected here,
 //!   in a's list order. Both lists must be whole (state `c`).
 //! - Familiar followers of (viewer, user): the rest of the viewer's following list, checked
-//!   chunk by chunk against the user's follower window and relationship hash; what those do
-//!   not know is read from `following` in one query per chunk (the source of truth, so no
-//!   ordering with the event stream is needed). It stops as soon as the page is full.
+//!   against the user's follower window and relationship hash in chunks of 500, all in one
+//!   round trip; what those do not know is read from `following` in one query per chunk (the
+//!   source of truth, so no ordering with the event stream is needed), stopping as soon as the
+//!   page is full.
 
 use std::collections::HashSet;
 
@@ -57,10 +58,13 @@ impl Relations {
         let rpc = "ListFamiliarFollowers";
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
         let Some(rest) = self.whole_following(rpc, viewer, after).await else { return Ok(None) };
+        // Every chunk's lookup at once: the multiplexed connection pipelines them into one
+        // round trip; the database is then asked chunk by chunk, only until the page is full.
+        let chunks: Vec<Vec<i64>> = rest.chunks(CHUNK).map(|chunk| chunk.iter().map(|(id, _)| *id).collect()).collect();
+        let looked = futures::future::join_all(chunks.iter().map(|peers| c.followers.lookup(user, peers, false))).await;
+        let Ok(looked) = looked.into_iter().collect::<Result<Vec<_>, _>>() else { return Ok(None) };
         let mut out = Vec::new();
-        for chunk in rest.chunks(CHUNK) {
-            let peers: Vec<i64> = chunk.iter().map(|(id, _)| *id).collect();
-            let Ok(known) = c.followers.lookup(user, &peers, false).await else { return Ok(None) };
+        for ((chunk, peers), known) in rest.chunks(CHUNK).zip(&chunks).zip(looked) {
             let unknown: Vec<i64> = peers.iter().zip(&known).filter(|(_, k)| **k == Lookup::Unknown).map(|(p, _)| *p).collect();
             let label = if unknown.is_empty() { "hit" } else { "partial" };
             c.metrics.requests.with_label_values(&["followers", rpc, label]).inc();

@@ -215,6 +215,24 @@ impl Relations {
         Ok(self.token_key().finish(rows, req.size, list, user_id, 0))
     }
 
+    /// For each of `others`, in order: the edges both ways ([`Self::relationships`]) and the
+    /// restrictions ([`Self::restrictions_with`]) between it and `user_id`, read at once (from
+    /// the caches, one round trip).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for bad ids or batch size (before anything is read); UNAVAILABLE.
+    pub async fn relationships_with_flags(
+        &self,
+        user_id: i64,
+        others: &[i64],
+        field: &str,
+    ) -> ApiResult<(Vec<(Option<Edge>, Option<Edge>)>, Vec<Flags>)> {
+        crate::service::validate_relationship_ids(user_id, others, field)?;
+        let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
+        let (rel, flags) = tokio::join!(self.relationships(user_id, others, field), self.restrictions_with(rpc, user_id, others));
+        Ok((rel?, flags?))
+    }
+
     /// For each of `others`, in order: the blocks, mute and pending follow requests between it
     /// and `user_id`, from the user's cached restriction summary when there is one, else from
     /// the database (`rpc` names the caller in the cache metrics). The ids are validated by the

@@ -369,16 +369,11 @@ impl Relations {
     /// # Errors
     /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
     pub async fn relationships(&self, user_id: i64, others: &[i64], field: &str) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
-        let mut bad: Vec<Violation> = validate_user_id("user_id", user_id).err().into_iter().collect();
-        if let Err(v) = socialgraph_domain::validate_batch(field, others) {
-            bad.extend(v);
-        }
-        if !bad.is_empty() {
-            return Err(bad.into());
-        }
+        validate_relationship_ids(user_id, others, field)?;
         let following = |e: &Edge| e.state == EdgeState::Following;
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
-        let (cached_out, cached_in) = tokio::join!(self.cached_at(rpc, user_id, others, true), self.cached_at(rpc, user_id, others, false));
+        let (cached_out, cached_in) = tokio::join!(self.following_at(rpc, user_id, others), self.followed_by_at(rpc, user_id, others));
+        let cached_in = cached_in?;
         let out: std::collections::HashMap<i64, Edge> = match cached_out {
             Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms)))).collect(),
             None => {
@@ -474,5 +469,17 @@ fn edge_contended() -> ApiError {
 fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
     let bad: Vec<Violation> =
         [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)].into_iter().filter_map(Result::err).collect();
+    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
+
+/// Validates a relationship read: `user_id` and the batch `others` (named `field`).
+///
+/// # Errors
+/// INVALID_ARGUMENT with every violation.
+pub(crate) fn validate_relationship_ids(user_id: i64, others: &[i64], field: &str) -> ApiResult<()> {
+    let mut bad: Vec<Violation> = validate_user_id("user_id", user_id).err().into_iter().collect();
+    if let Err(v) = socialgraph_domain::validate_batch(field, others) {
+        bad.extend(v);
+    }
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
 }
