@@ -231,3 +231,94 @@ async fn common_and_familiar_lists_come_from_the_cached_sets_and_equal_the_datab
     assert!(metric_sum(&text, "sg_cache_requests_total", "cache=\"followers\",result=\"hit\",rpc=\"ListFamiliarFollowers\"") >= 2.0);
     m.stop().await
 }
+
+/// Pages of `next(token)` until the last, as ids.
+async fn all_pages<F, Fut>(mut next: F) -> anyhow::Result<Vec<i64>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(Vec<FollowEntry>, String)>>,
+{
+    let (mut ids, mut token) = (Vec::new(), String::new());
+    loop {
+        let (page, next_token) = next(token).await?;
+        ids.extend(page.iter().map(|e| e.user_id));
+        if next_token.is_empty() {
+            return Ok(ids);
+        }
+        token = next_token;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_the_database() -> anyhow::Result<()> {
+    let m = Mesh::start(&redis_url()).await?;
+    let mut c = m.relation.client().await?;
+    // 1 follows 400 accounts (longer than a join reads whole), in id order, so its list runs
+    // newest (highest id) first; 2 follows every 7th of them and 900; every 11th of them and
+    // 901 follow 3.
+    let long: Vec<i64> = (100..500).collect();
+    let imports: Vec<ImportFollowsRequest> = vec![ImportFollowsRequest {
+        edges: long
+            .iter()
+            .map(|&f| ImportEdge {
+                follower_id: 1,
+                followee_id: f,
+                followed_at: Some(prost_types::Timestamp { seconds: 1_700_000_000 + f, nanos: 0 }),
+            })
+            .collect(),
+    }];
+    c.import_follows(admin(futures::stream::iter(imports))).await?;
+    let sevens: Vec<i64> = long.iter().copied().filter(|f| f % 7 == 0).collect();
+    let elevens: Vec<i64> = long.iter().copied().filter(|f| f % 11 == 0).collect();
+    for &f in sevens.iter().chain([900].iter()) {
+        c.follow(FollowRequest { follower_id: 2, followee_id: f }).await?;
+    }
+    for &f in elevens.iter().chain([901].iter()) {
+        c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
+    }
+    m.settle(SETTLE).await?;
+    for u in [1, 2] {
+        c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
+    }
+    m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
+    let cache = cache_settings(&m.topics.relation);
+    socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
+        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
+        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
+    })
+    .await?;
+    let before = m.relation.metrics().await?;
+
+    let common = |user_id: i64, other_user_id: i64| {
+        let c = c.clone();
+        all_pages(move |page_token| {
+            let mut c = c.clone();
+            async move {
+                let r = c.list_common_following(ListCommonFollowingRequest { user_id, other_user_id, page_size: 5, page_token }).await?.into_inner();
+                Ok((r.accounts, r.next_page_token))
+            }
+        })
+    };
+    let descending = |mut v: Vec<i64>| {
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v
+    };
+    assert_eq!(common(1, 2).await?, descending(sevens.clone()), "long list against a short one, in 1's order");
+    assert_eq!(common(2, 1).await?, descending(sevens.clone()), "short list against a long one, in 2's order");
+    let familiar = all_pages(|page_token| {
+        let mut c = c.clone();
+        async move {
+            let req = ListFamiliarFollowersRequest { viewer_id: 1, user_id: 3, page_size: 4, page_token };
+            let r = c.list_familiar_followers(req).await?.into_inner();
+            Ok((r.accounts, r.next_page_token))
+        }
+    })
+    .await?;
+    assert_eq!(familiar, descending(elevens.clone()), "a long viewer list against a short follower list, in the viewer's order");
+    let after = m.relation.metrics().await?;
+    let grew = |label: &str| metric_sum(&after, "sg_cache_requests_total", label) - metric_sum(&before, "sg_cache_requests_total", label);
+    let (pages_common, pages_familiar) = (2 * sevens.len().div_ceil(5), elevens.len().div_ceil(4));
+    assert!(grew("cache=\"following\",result=\"hit\",rpc=\"ListCommonFollowing\"") >= (2 * pages_common) as f64, "both sides from the cache");
+    assert!(grew("cache=\"followers\",result=\"hit\",rpc=\"ListFamiliarFollowers\"") >= pages_familiar as f64, "the follower list from the cache");
+    m.stop().await
+}

@@ -1,27 +1,30 @@
 //! ListCommonFollowing and ListFamiliarFollowers from the list caches, when they hold what the
-//! join needs; otherwise (a list not cached, longer than its window, or the cache down) the
-//! database's join answers, as before.
+//! join needs; otherwise (a list not cached, longer than its window, both sides long, or the
+//! cache down) the database's join answers, as before.
 //!
-//! - Common following of (a, b): the rest of a's following list after the cursor and b's
-//!   whole following list, two reads in one round trip each (in parallel), intersected here,
-//!   in a's list order. Both lists must be whole (state `c`).
-//! - Familiar followers of (viewer, user): the rest of the viewer's following list, checked
-//!   against the user's follower window and relationship hash in chunks of 500, all in one
-//!   round trip; what those do not know is read from `following` in one query per chunk (the
-//!   source of truth, so no ordering with the event stream is needed), stopping as soon as the
-//!   page is full.
+//! A join never moves a long list: each side is read with a page of [`SMALL`] + 1 entries,
+//! and a side that fills it is long. The two lists belong to two users, so their keys live in
+//! two cluster slots and no one script may read both (DESIGN.md §5): the join is done here.
+//! - Common following of (a, b): both short: intersected here, in a's list order. One short:
+//!   its ids are looked up in the other's cached list (one more round trip), and the matches
+//!   are put in a's list order. Both long: the database.
+//! - Familiar followers of (viewer, user): viewer's rest short: checked against the user's
+//!   follower window and relationship hash; what those do not know is read from `following`
+//!   (the source of truth, so no ordering with the event stream is needed). Viewer's list long
+//!   but the user's follower list whole and short: its ids are looked up in the viewer's
+//!   cached list. Both long: the database.
 
 use std::collections::HashSet;
 
-use socialgraph_cache::lists::Lookup;
+use socialgraph_cache::lists::{ListCache, Lookup, PageRead};
 use socialgraph_domain::{Cursor, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges;
 
 use crate::service::Relations;
 
-/// Viewer entries checked per round trip in a familiar-followers join.
-const CHUNK: usize = 500;
+/// Longest list a join reads whole from the cache.
+pub const SMALL: usize = 256;
 
 fn after_cursor(after: Option<Cursor>) -> Option<(i64, i64)> {
     after.map(|a| (a.followed_at_ms, a.peer_id))
@@ -31,21 +34,65 @@ fn entries(v: Vec<(i64, i64)>) -> Vec<ListEntry> {
     v.into_iter().map(|(user_id, followed_at_ms)| ListEntry { user_id, followed_at_ms }).collect()
 }
 
+/// One side of a join as the cache holds it.
+enum Side {
+    /// The whole (rest of the) list, at most [`SMALL`] entries, in list order.
+    Short(Vec<(i64, i64)>),
+    /// Longer than [`SMALL`].
+    Long,
+}
+
+/// The ids of `ids` that `owner`'s whole cached list holds, with their followed_at there, put
+/// in that list's order after `after` and cut at `limit`; `None` when the list cannot say (not
+/// whole, or the cache failed).
+async fn in_list_order(list: &ListCache, owner: i64, ids: &[i64], after: Option<Cursor>, limit: usize) -> Option<Vec<(i64, i64)>> {
+    let looked = list.lookup(owner, ids, false).await.ok()?;
+    if looked.contains(&Lookup::Unknown) {
+        return None;
+    }
+    let mut found: Vec<(i64, i64)> =
+        ids.iter().zip(looked).filter_map(|(id, l)| if let Lookup::Follows(ms) = l { Some((*id, ms)) } else { None }).collect();
+    // List order: followed_at descending, then id descending; strictly after the cursor.
+    found.retain(|&(id, ms)| after.is_none_or(|c| (ms, id) < (c.followed_at_ms, c.peer_id)));
+    found.sort_unstable_by_key(|&(id, ms)| std::cmp::Reverse((ms, id)));
+    found.truncate(limit);
+    Some(found)
+}
+
 impl Relations {
-    /// The whole rest of `user_id`'s following list after `after` from the cache: `None` when
-    /// it is not cached whole (a miss starts a fill).
-    async fn whole_following(&self, rpc: &str, user_id: i64, after: Option<Cursor>) -> Option<Vec<(i64, i64)>> {
-        let all = self.caches.as_ref()?.following.limits().window + 1;
-        self.cached_following_page(rpc, user_id, after_cursor(after), all).await
+    /// `user_id`'s following list after `after` from the cache, whole if short; `None` when it
+    /// is not cached or not whole (a miss starts a fill).
+    async fn following_side(&self, rpc: &str, user_id: i64, after: Option<Cursor>) -> Option<Side> {
+        let v = self.cached_following_page(rpc, user_id, after_cursor(after), SMALL + 1).await?;
+        Some(if v.len() > SMALL { Side::Long } else { Side::Short(v) })
     }
 
     /// Up to `limit` accounts both `a` and `b` follow, after `after` in `a`'s list order, from
     /// the cache; `None` when the database must answer.
     pub(crate) async fn cached_common(&self, a: i64, b: i64, after: Option<Cursor>, limit: usize) -> Option<Vec<ListEntry>> {
         let rpc = "ListCommonFollowing";
-        let (rest, other) = tokio::join!(self.whole_following(rpc, a, after), self.whole_following(rpc, b, None));
-        let other: HashSet<i64> = other?.into_iter().map(|(id, _)| id).collect();
-        Some(entries(rest?.into_iter().filter(|(id, _)| other.contains(id)).take(limit).collect()))
+        let c = self.caches.as_ref()?;
+        let (rest, other) = tokio::join!(self.following_side(rpc, a, after), self.following_side(rpc, b, None));
+        match (rest?, other?) {
+            (Side::Short(rest), Side::Short(other)) => {
+                let other: HashSet<i64> = other.into_iter().map(|(id, _)| id).collect();
+                Some(entries(rest.into_iter().filter(|(id, _)| other.contains(id)).take(limit).collect()))
+            }
+            (Side::Short(rest), Side::Long) => {
+                let ids: Vec<i64> = rest.iter().map(|(id, _)| *id).collect();
+                let looked = c.following.lookup(b, &ids, false).await.ok()?;
+                if looked.contains(&Lookup::Unknown) {
+                    return None;
+                }
+                let both = rest.into_iter().zip(looked).filter(|(_, l)| matches!(l, Lookup::Follows(_))).map(|(e, _)| e);
+                Some(entries(both.take(limit).collect()))
+            }
+            (Side::Long, Side::Short(other)) => {
+                let ids: Vec<i64> = other.iter().map(|(id, _)| *id).collect();
+                in_list_order(&c.following, a, &ids, after, limit).await.map(entries)
+            }
+            (Side::Long, Side::Long) => None,
+        }
     }
 
     /// Up to `limit` accounts `viewer` follows that follow `user`, after `after` in the viewer's
@@ -57,32 +104,32 @@ impl Relations {
     pub(crate) async fn cached_familiar(&self, viewer: i64, user: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Option<Vec<ListEntry>>> {
         let rpc = "ListFamiliarFollowers";
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
-        let Some(rest) = self.whole_following(rpc, viewer, after).await else { return Ok(None) };
-        // Every chunk's lookup at once: the multiplexed connection pipelines them into one
-        // round trip; the database is then asked chunk by chunk, only until the page is full.
-        let chunks: Vec<Vec<i64>> = rest.chunks(CHUNK).map(|chunk| chunk.iter().map(|(id, _)| *id).collect()).collect();
-        let looked = futures::future::join_all(chunks.iter().map(|peers| c.followers.lookup(user, peers, false))).await;
-        let Ok(looked) = looked.into_iter().collect::<Result<Vec<_>, _>>() else { return Ok(None) };
-        let mut out = Vec::new();
-        for ((chunk, peers), known) in rest.chunks(CHUNK).zip(&chunks).zip(looked) {
-            let unknown: Vec<i64> = peers.iter().zip(&known).filter(|(_, k)| **k == Lookup::Unknown).map(|(p, _)| *p).collect();
-            let label = if unknown.is_empty() { "hit" } else { "partial" };
-            c.metrics.requests.with_label_values(&["followers", rpc, label]).inc();
-            let read: HashSet<i64> = if unknown.is_empty() {
-                HashSet::new()
-            } else {
-                let rows = edges::between(&self.db, user, &unknown, false).await.map_err(db_error)?;
-                rows.into_iter().filter(|e| e.state == EdgeState::Following).map(|e| e.follower_id).collect()
-            };
-            for (entry, k) in chunk.iter().zip(&known) {
-                if matches!(k, Lookup::Follows(_)) || read.contains(&entry.0) {
-                    out.push(ListEntry { user_id: entry.0, followed_at_ms: entry.1 });
-                    if out.len() == limit {
-                        return Ok(Some(out));
-                    }
-                }
+        let rest = match self.following_side(rpc, viewer, after).await {
+            Some(Side::Short(rest)) => rest,
+            Some(Side::Long) => {
+                // The user's followers, if whole and short, looked up in the viewer's list.
+                let fans = match c.followers.page(user, None, SMALL + 1).await {
+                    Ok(PageRead::Hit(fans)) if fans.len() <= SMALL => fans,
+                    _ => return Ok(None),
+                };
+                c.metrics.requests.with_label_values(&["followers", rpc, "hit"]).inc();
+                let ids: Vec<i64> = fans.iter().map(|(id, _)| *id).collect();
+                return Ok(in_list_order(&c.following, viewer, &ids, after, limit).await.map(entries));
             }
-        }
-        Ok(Some(out))
+            None => return Ok(None),
+        };
+        let peers: Vec<i64> = rest.iter().map(|(id, _)| *id).collect();
+        let Ok(known) = c.followers.lookup(user, &peers, false).await else { return Ok(None) };
+        let unknown: Vec<i64> = peers.iter().zip(&known).filter(|(_, k)| **k == Lookup::Unknown).map(|(p, _)| *p).collect();
+        let label = if unknown.is_empty() { "hit" } else { "partial" };
+        c.metrics.requests.with_label_values(&["followers", rpc, label]).inc();
+        let read: HashSet<i64> = if unknown.is_empty() {
+            HashSet::new()
+        } else {
+            let rows = edges::between(&self.db, user, &unknown, false).await.map_err(db_error)?;
+            rows.into_iter().filter(|e| e.state == EdgeState::Following).map(|e| e.follower_id).collect()
+        };
+        let familiar = rest.into_iter().zip(&known).filter(|(entry, k)| matches!(k, Lookup::Follows(_)) || read.contains(&entry.0));
+        Ok(Some(entries(familiar.map(|(e, _)| e).take(limit).collect())))
     }
 }
