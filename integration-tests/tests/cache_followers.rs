@@ -177,6 +177,23 @@ async fn a_hot_account_is_served_from_memory_and_no_staler_than_the_bound_on_a_r
     m.stop().await
 }
 
+/// Settles `m`, then fills the following lists of 1 and 2 and the follower window of 3 (the
+/// lists the join tests read) and waits until they are cached.
+async fn cache_join_lists(m: &Mesh) -> anyhow::Result<()> {
+    m.settle(SETTLE).await?;
+    let mut c = m.relation.client().await?;
+    for u in [1, 2] {
+        c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
+    }
+    m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
+    let cache = cache_settings(&m.topics.relation);
+    socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
+        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
+        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn common_and_familiar_lists_come_from_the_cached_sets_and_equal_the_database() -> anyhow::Result<()> {
     let m = Mesh::start(&redis_url()).await?;
@@ -192,18 +209,7 @@ async fn common_and_familiar_lists_come_from_the_cached_sets_and_equal_the_datab
     for f in [11, 13, 40] {
         c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
     }
-    m.settle(SETTLE).await?;
-    // Fill the following lists of 1 and 2 and the follower window of 3.
-    for u in [1, 2] {
-        c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
-    }
-    m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
-    let cache = cache_settings(&m.topics.relation);
-    socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
-        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
-        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
-    })
-    .await?;
+    cache_join_lists(&m).await?;
 
     let ids = |v: Vec<FollowEntry>| v.into_iter().map(|e| e.user_id).collect::<Vec<_>>();
     let (mut common, mut token) = (Vec::new(), String::new());
@@ -276,17 +282,7 @@ async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_th
     for &f in elevens.iter().chain([901].iter()) {
         c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
     }
-    m.settle(SETTLE).await?;
-    for u in [1, 2] {
-        c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
-    }
-    m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
-    let cache = cache_settings(&m.topics.relation);
-    socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
-        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
-        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
-    })
-    .await?;
+    cache_join_lists(&m).await?;
     let before = m.relation.metrics().await?;
 
     let common = |user_id: i64, other_user_id: i64| {
