@@ -185,6 +185,11 @@ async fn a_restriction_summary_read_before_a_write_is_never_stored_after_it() ->
     let SummaryRead::Lease(n) = cache.read(USER).await? else { panic!("forgotten") };
     assert!(cache.commit(USER, &n, None).await?);
     assert_eq!(cache.read(USER).await?, SummaryRead::Database);
+    // A lease given back is free for the next reader at once.
+    cache.forget(&[USER]).await?;
+    let SummaryRead::Lease(given_back) = cache.read(USER).await? else { panic!("forgotten") };
+    cache.release(USER, &given_back).await?;
+    assert!(matches!(cache.read(USER).await?, SummaryRead::Lease(_)), "a released lease is taken by the next read");
     // A lease whose fill died expires, and the next reader fills.
     cache.forget(&[USER]).await?;
     let SummaryRead::Lease(_) = cache.read(USER).await? else { panic!("forgotten") };

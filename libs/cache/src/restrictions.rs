@@ -77,6 +77,12 @@ redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 return 1
 ";
 
+/// RELEASE: KEYS[1] the summary; ARGV = lease value. Deletes the lease if it is still there.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+";
+
 /// The restriction summaries of one cache Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct RestrictionCache {
@@ -85,6 +91,7 @@ pub struct RestrictionCache {
     ttl: Duration,
     timeout: Duration,
     store: Arc<Script>,
+    release: Arc<Script>,
 }
 
 fn encode(entries: &[Held]) -> String {
@@ -119,7 +126,7 @@ impl RestrictionCache {
     /// Summaries over `pool`, keys under `keys`' prefix, each kept `ttl` after its fill, every
     /// call waiting at most `timeout`.
     pub fn new(pool: Pool, keys: Keys, ttl: Duration, timeout: Duration) -> Self {
-        Self { pool, keys, ttl, timeout, store: Arc::new(Script::new(STORE)) }
+        Self { pool, keys, ttl, timeout, store: Arc::new(Script::new(STORE)), release: Arc::new(Script::new(RELEASE)) }
     }
 
     /// Reads `user_id`'s summary; when it is missing, takes the lease to fill it.
@@ -167,6 +174,22 @@ impl RestrictionCache {
         })
         .await?;
         Ok(stored == 1)
+    }
+
+    /// Gives back the lease `nonce` on `user_id`'s summary without filling it (a reader that
+    /// cannot fill now); a lease taken over or gone meanwhile is left alone.
+    ///
+    /// # Errors
+    /// The cache Redis is unreachable, slow or failing (the lease then expires after [`LEASE`]).
+    pub async fn release(&self, user_id: i64, nonce: &str) -> Result<(), CacheError> {
+        let mut inv = self.release.key(self.keys.restrictions(user_id));
+        inv.arg(format!("L:{nonce}"));
+        crate::within(self.timeout, async {
+            let mut conn = crate::conn(&self.pool).await?;
+            let _: i64 = inv.invoke_async(&mut conn).await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Deletes the summaries of `users` (leases included), after a transaction that changed a

@@ -111,10 +111,10 @@ impl Relations {
                 return Err(TxError::Api(crate::lifecycle::inactive_error()));
             }
             if acc.locked == locked {
-                return Ok((false, Vec::new()));
+                return Ok((false, Vec::new(), Vec::new()));
             }
             accounts::put(&txn, &Account { locked, ..acc }).await?;
-            let mut approved = Vec::new();
+            let (mut approved, mut answered) = (Vec::new(), Vec::new());
             if !locked {
                 // Keyset pages: requests kept (an inactive requester's) are not read twice.
                 let mut after = None;
@@ -123,19 +123,20 @@ impl Relations {
                     let Some(last) = page.last() else { break };
                     after = Some(socialgraph_domain::Cursor { followed_at_ms: last.followed_at_ms, peer_id: last.user_id });
                     let ids: Vec<i64> = page.iter().map(|e| e.user_id).collect();
-                    approved.extend(self.approve_tx(&txn, user_id, &ids).await?);
+                    let (written, found) = self.approve_tx(&txn, user_id, &ids).await?;
+                    approved.extend(written);
+                    answered.extend(found);
                 }
             }
-            Ok((true, approved))
+            Ok((true, approved, answered))
         }
         .await);
         if !out.1.is_empty() {
             self.relay_wake.notify_one();
             self.write_through_edges(&out.1).await;
         }
-        if out.0 && !locked {
-            self.forget_restrictions(&[user_id]).await;
-        }
+        // Every requester whose request the unlock answered reads it gone at once.
+        self.forget_restrictions(&with_user(&out.2, user_id)).await;
         Ok((out.0, out.1.len() as i64))
     }
 
@@ -164,8 +165,8 @@ impl Relations {
             self.forget_restrictions(&with_user(&gone, user_id)).await;
             return Ok(gone.len() as i64);
         }
-        let approved = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);
-        self.forget_restrictions(&with_user(requester_ids, user_id)).await;
+        let (approved, answered) = in_tx!(self, txn => self.approve_tx(&txn, user_id, requester_ids).await);
+        self.forget_restrictions(&with_user(&answered, user_id)).await;
         if !approved.is_empty() {
             self.relay_wake.notify_one();
             self.write_through_edges(&approved).await;
@@ -176,8 +177,9 @@ impl Relations {
     /// Turns the pending requests of `requester_ids` to `user_id` into edges with their events;
     /// the edge of a requester whose account is not active is made hidden (it comes back with
     /// the account). The accounts are read again after the writes, as every follow path does
-    /// (see `lifecycle`). Returns the edges written.
-    async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<Vec<Edge>, TxError> {
+    /// (see `lifecycle`). Returns the edges written and the requesters whose request it deleted
+    /// (a blocked pair's request is deleted without an edge).
+    async fn approve_tx(&self, txn: &DatabaseTransaction, user_id: i64, requester_ids: &[i64]) -> Result<(Vec<Edge>, Vec<i64>), TxError> {
         let mut everyone: Vec<i64> = requester_ids.to_vec();
         everyone.push(user_id);
         let inactive = accounts::inactive_among(txn, &everyone).await?;
@@ -220,7 +222,7 @@ impl Relations {
         if !events.is_empty() && accounts::inactive_among(txn, &everyone).await?.len() > inactive.len() {
             return Err(TxError::Raced);
         }
-        Ok(written)
+        Ok((written, found))
     }
 
     /// One page of `user_id`'s incoming or outgoing pending requests, newest first.

@@ -84,7 +84,7 @@ impl Relations {
     /// Deletes the cached summaries of `users` after a committed change of their restrictions,
     /// so the caller reads its own change at once; a failure is left to the stale drain.
     pub(crate) async fn forget_restrictions(&self, users: &[i64]) {
-        let Some(c) = &self.caches else { return };
+        let Some(c) = self.caches.as_ref().filter(|_| !users.is_empty()) else { return };
         let result = match c.restrictions.forget(users).await {
             Ok(()) => "ok",
             Err(e) => {
@@ -96,11 +96,21 @@ impl Relations {
     }
 }
 
-/// Fills `user_id`'s summary under the lease `nonce` when a fill slot is free (else the lease
-/// expires and a later read tries again).
+/// Fills `user_id`'s summary under the lease `nonce` when a fill slot is free; else gives the
+/// lease back at once, so the next read takes it instead of reading the database for 2 s.
 fn spawn_fill(c: &Caches, db: &DatabaseConnection, user_id: i64, nonce: String) {
-    let Some(slot) = c.restriction_fills.try_start(user_id) else { return };
+    let slot = c.restriction_fills.try_start(user_id);
     let (c, db) = (c.clone(), db.clone());
+    let Some(slot) = slot else {
+        tokio::spawn(async move {
+            let result = match c.restrictions.release(user_id, &nonce).await {
+                Ok(()) => "skipped",
+                Err(_) => "failed",
+            };
+            c.metrics.fills.with_label_values(&["restrictions", result]).inc();
+        });
+        return;
+    };
     tokio::spawn(async move {
         let _slot = slot;
         let result = async {
