@@ -147,6 +147,12 @@ impl Relations {
             PageRead::Miss => Looked::Miss,
             PageRead::PastWindow(_) => Looked::Past,
         });
+        self.following_answer(c, rpc, user_id, read)
+    }
+
+    /// What a read of `user_id`'s cached following list answers, counted under `rpc`: a hit's
+    /// value; `None` otherwise, a miss also starting a fill in the background.
+    fn following_answer<T>(&self, c: &Caches, rpc: &str, user_id: i64, read: Result<Looked<T>, socialgraph_cache::CacheError>) -> Option<T> {
         match c.looked("following", rpc, read) {
             Looked::Hit(v) => Some(v),
             Looked::Miss => {
@@ -170,14 +176,7 @@ impl Relations {
                 _ => Looked::Past,
             }
         });
-        match c.looked("following", rpc, read) {
-            Looked::Hit(v) => Some(v),
-            Looked::Miss => {
-                self.spawn_fill(c, user_id);
-                None
-            }
-            Looked::Past | Looked::Fallback => None,
-        }
+        self.following_answer(c, rpc, user_id, read)
     }
 
     /// followed_at of each of `others`' edge to `user_id` (input order; `None`: not

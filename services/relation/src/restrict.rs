@@ -227,9 +227,15 @@ impl Relations {
         others: &[i64],
         field: &str,
     ) -> ApiResult<(Vec<(Option<Edge>, Option<Edge>)>, Vec<Flags>)> {
-        crate::service::validate_relationship_ids(user_id, others, field)?;
+        let mut bad: Vec<Violation> = validate_user_id("user_id", user_id).err().into_iter().collect();
+        if let Err(v) = socialgraph_domain::validate_batch(field, others) {
+            bad.extend(v);
+        }
+        if !bad.is_empty() {
+            return Err(bad.into());
+        }
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
-        let (rel, flags) = tokio::join!(self.relationships(user_id, others, field), self.restrictions_with(rpc, user_id, others));
+        let (rel, flags) = tokio::join!(self.relationships(rpc, user_id, others), self.restrictions_with(rpc, user_id, others));
         Ok((rel?, flags?))
     }
 

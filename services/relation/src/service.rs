@@ -364,14 +364,14 @@ impl Relations {
     }
 
     /// Both directions between `user_id` and each of `others`, in request order:
-    /// (edge user→other if following, edge other→user if following).
+    /// (edge user→other if following, edge other→user if following); `rpc` names the caller
+    /// in the cache metrics. The ids are validated by the caller
+    /// ([`Self::relationships_with_flags`]).
     ///
     /// # Errors
-    /// INVALID_ARGUMENT for bad ids or batch size; UNAVAILABLE.
-    pub async fn relationships(&self, user_id: i64, others: &[i64], field: &str) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
-        validate_relationship_ids(user_id, others, field)?;
+    /// UNAVAILABLE.
+    pub(crate) async fn relationships(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
         let following = |e: &Edge| e.state == EdgeState::Following;
-        let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
         let (cached_out, cached_in) = tokio::join!(self.following_at(rpc, user_id, others), self.followed_by_at(rpc, user_id, others));
         let cached_in = cached_in?;
         let out: std::collections::HashMap<i64, Edge> = match cached_out {
@@ -469,17 +469,5 @@ fn edge_contended() -> ApiError {
 fn validate_pair(follower_id: i64, followee_id: i64) -> ApiResult<()> {
     let bad: Vec<Violation> =
         [validate_user_id("follower_id", follower_id), validate_user_id("followee_id", followee_id)].into_iter().filter_map(Result::err).collect();
-    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
-}
-
-/// Validates a relationship read: `user_id` and the batch `others` (named `field`).
-///
-/// # Errors
-/// INVALID_ARGUMENT with every violation.
-pub(crate) fn validate_relationship_ids(user_id: i64, others: &[i64], field: &str) -> ApiResult<()> {
-    let mut bad: Vec<Violation> = validate_user_id("user_id", user_id).err().into_iter().collect();
-    if let Err(v) = socialgraph_domain::validate_batch(field, others) {
-        bad.extend(v);
-    }
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
 }
