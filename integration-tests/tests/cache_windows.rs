@@ -131,3 +131,31 @@ async fn fills_and_batches_larger_than_one_part_arrive_whole() -> anyhow::Result
     assert_eq!(got, (n + 1..=2 * n).rev().chain((1..=n).rev().filter(|i| i % 2 == 1)).take(3_000).collect::<Vec<_>>());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_lookup_of_more_members_than_one_slice_answers_each_in_order() -> anyhow::Result<()> {
+    // The script reads members in slices of 4,000 (Lua's stack): 9,000 candidates, repeats
+    // included, cross two slice boundaries in the window and in the relationship hash.
+    let (cache, _) = fresh(3_000, 20_000).await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    let read: Vec<CachedEdge> = (1..=4_000).map(|i| edge(2 * i, 1, true, 2 * i)).collect();
+    assert!(cache.commit_fill(USER, &nonce, &read, Some((2_001, 1))).await?);
+    // Window: the even ids 2,002..=8,000; everything else is unknown.
+    let candidates: Vec<i64> = (0..9_000).map(|i| 9_000 - i % 8_500).collect();
+    let expect = |c: i64, remembered: bool| match c {
+        c if c % 2 == 0 && c > 2_001 && c <= 8_000 => Lookup::Follows(c),
+        c if remembered && c % 3 == 0 => Lookup::Follows(c * 10),
+        _ if remembered => Lookup::No,
+        _ => Lookup::Unknown,
+    };
+    let first = cache.lookup(USER, &candidates, true).await?;
+    assert_eq!(first, candidates.iter().map(|&c| expect(c, false)).collect::<Vec<_>>());
+    let mut unknown: Vec<i64> = candidates.iter().zip(&first).filter(|(_, l)| **l == Lookup::Unknown).map(|(c, _)| *c).collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    let answers: Vec<CachedEdge> = unknown.iter().map(|&c| if c % 3 == 0 { edge(c, 1, true, c * 10) } else { edge(c, 0, false, 0) }).collect();
+    cache.fill_relationships(USER, &answers).await?;
+    let second = cache.lookup(USER, &candidates, false).await?;
+    assert_eq!(second, candidates.iter().map(|&c| expect(c, true)).collect::<Vec<_>>(), "every marked candidate was remembered");
+    Ok(())
+}
