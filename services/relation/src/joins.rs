@@ -8,11 +8,13 @@
 //! - Common following of (a, b): both short: intersected here, in a's list order. One short:
 //!   its ids are looked up in the other's cached list (one more round trip), and the matches
 //!   are put in a's list order. Both long: the database.
-//! - Familiar followers of (viewer, user): viewer's rest short: checked against the user's
-//!   follower window and relationship hash; what those do not know is read from `following`
-//!   (the source of truth, so no ordering with the event stream is needed). Viewer's list long
-//!   but the user's follower list whole and short: its ids are looked up in the viewer's
-//!   cached list. Both long: the database.
+//! - Familiar followers of (viewer, user): both sides are read at once. Both short (the
+//!   user's follower list cached whole): intersected here, in the viewer's order, in that one
+//!   round trip. Viewer's rest short, followers long: checked against the user's follower
+//!   window and relationship hash; what those do not know is read from `following` (the
+//!   source of truth, so no ordering with the event stream is needed). Viewer's list long but
+//!   the user's follower list whole and short: its ids are looked up in the viewer's cached
+//!   list. Both long: the database.
 
 use std::collections::HashSet;
 
@@ -104,19 +106,27 @@ impl Relations {
     pub(crate) async fn cached_familiar(&self, viewer: i64, user: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Option<Vec<ListEntry>>> {
         let rpc = "ListFamiliarFollowers";
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
-        let rest = match self.following_side(rpc, viewer, after).await {
-            Some(Side::Short(rest)) => rest,
-            Some(Side::Long) => {
-                // The user's followers, if whole and short, looked up in the viewer's list.
-                let fans = match c.followers.page(user, None, SMALL + 1).await {
-                    Ok(PageRead::Hit(fans)) if fans.len() <= SMALL => fans,
-                    _ => return Ok(None),
-                };
+        // Both sides at once: when both are short (the common case) the join is one round trip.
+        let (viewer_side, fans) = tokio::join!(self.following_side(rpc, viewer, after), c.followers.page(user, None, SMALL + 1));
+        // The user's followers, if cached whole and short.
+        let fans = match fans {
+            Ok(PageRead::Hit(fans)) if fans.len() <= SMALL => Some(fans),
+            _ => None,
+        };
+        let rest = match (viewer_side, fans) {
+            (Some(Side::Short(rest)), Some(fans)) => {
+                c.metrics.requests.with_label_values(&["followers", rpc, "hit"]).inc();
+                let fans: HashSet<i64> = fans.into_iter().map(|(id, _)| id).collect();
+                return Ok(Some(entries(rest.into_iter().filter(|(id, _)| fans.contains(id)).take(limit).collect())));
+            }
+            (Some(Side::Short(rest)), None) => rest,
+            (Some(Side::Long), Some(fans)) => {
+                // The user's short follower list looked up in the viewer's long one.
                 c.metrics.requests.with_label_values(&["followers", rpc, "hit"]).inc();
                 let ids: Vec<i64> = fans.iter().map(|(id, _)| *id).collect();
                 return Ok(in_list_order(&c.following, viewer, &ids, after, limit).await.map(entries));
             }
-            None => return Ok(None),
+            (Some(Side::Long), None) | (None, _) => return Ok(None),
         };
         let peers: Vec<i64> = rest.iter().map(|(id, _)| *id).collect();
         let Ok(known) = c.followers.lookup(user, &peers, false).await else { return Ok(None) };
