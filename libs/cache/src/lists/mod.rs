@@ -154,9 +154,9 @@ impl ListCaches {
     /// # Errors
     /// The cache Redis is unreachable, slow or failing.
     pub async fn evict_users(&self, users: &[i64]) -> Result<(), CacheError> {
-        self.following.evict(users).await?;
-        self.followers.evict(users).await?;
-        self.restrictions.forget(users).await
+        // Sent together (one round trip on the shared connection); Ok only when all three were.
+        tokio::try_join!(self.following.evict(users), self.followers.evict(users), self.restrictions.forget(users))?;
+        Ok(())
     }
 }
 
