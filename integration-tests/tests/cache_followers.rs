@@ -78,6 +78,7 @@ async fn a_very_large_account_is_served_from_its_window_with_deep_pages_limited_
     assert_eq!(hits(&after) - hits(&before), (window / 1000) as f64, "every page inside the window is a cache hit");
 
     let mut deep = Vec::new();
+    let started = std::time::Instant::now();
     let refused = loop {
         match p.list_followers(page(token.clone())).await {
             Ok(r) => {
@@ -87,9 +88,18 @@ async fn a_very_large_account_is_served_from_its_window_with_deep_pages_limited_
             }
             Err(e) => break e,
         }
-        assert!(deep.len() <= 2_000, "the deep-page limit (2 a second) must refuse the third page at once");
+        // A burst of 2, then 2 a second: a loaded machine that takes long per page earns more.
+        let allowed = 2.0 + 2.0 * started.elapsed().as_secs_f64();
+        assert!(
+            (deep.len() / 1000) as f64 <= allowed.floor(),
+            "{} deep pages in {:?}: over the limit of 2 a second",
+            deep.len() / 1000,
+            started.elapsed()
+        );
     };
-    assert_eq!(deep, (FOLLOWERS + 1 - window - 1999..=FOLLOWERS + 1 - window).rev().collect::<Vec<_>>(), "deep pages continue the list");
+    assert!(deep.len() >= 2_000, "the burst of 2 deep pages is served");
+    let deep_end = FOLLOWERS + 1 - window;
+    assert_eq!(deep, (deep_end + 1 - deep.len() as i64..=deep_end).rev().collect::<Vec<_>>(), "deep pages continue the list");
     assert_eq!((refused.code(), socialgraph_server::reason_of(&refused).as_deref()), (Code::ResourceExhausted, Some("DEEP_PAGE_LIMITED")));
     let retry = refused.get_error_details().retry_info().and_then(|r| r.retry_delay).expect("RetryInfo");
     assert!(retry > Duration::ZERO && retry <= Duration::from_secs(1), "retry after {retry:?}");
