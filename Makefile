@@ -6,6 +6,7 @@
 #   make stop    stop what make run started
 #   make run-mesh  make deps, build, and start the three services of the distributed mesh
 #   make bench   the benchmarks (release build; prints numbers)
+#   make bench-falkordb  install and start FalkorDB, then the cache benchmark beside it
 #   make lint    rustfmt check and clippy
 
 SHELL := /bin/bash
@@ -16,7 +17,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-rust test-helm run run-mesh stop bench lint
+.PHONY: deps build test test-rust test-helm run run-mesh stop bench bench-falkordb lint
 
 deps:
 	bash scripts/deps.sh
@@ -55,6 +56,10 @@ run-mesh: deps build
 
 bench: deps
 	$(CARGO) run --release -p socialgraph-integration-tests --bin bench -- all
+
+bench-falkordb: deps
+	bash scripts/falkordb.sh
+	SG_BENCH_FALKORDB_URL=redis://127.0.0.1:6390 $(CARGO) run --release -p socialgraph-integration-tests --bin bench -- cache
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -168,6 +168,19 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     let (raw_page_redis, raw_batch_redis, raw_page_pg, raw_batch_pg) =
         crate::raw::baselines(&cache_conn, &pool, &keys, true, &users, &others).await?;
     let _: () = redis::cmd("PING").query_async(&mut cache_conn).await?;
+    let falkor = if a.falkordb_url.is_empty() {
+        None
+    } else {
+        let workload = crate::falkordb::Workload {
+            users: &users,
+            others: &others,
+            followed: &followers.users,
+            common: &joins.common_others,
+            familiar: &joins.familiar_others,
+        };
+        // A FalkorDB failure costs its rows only, not the part's.
+        crate::falkordb::run(&a.falkordb_url, &pool, &workload).await.inspect_err(|e| println!("\n  * FalkorDB failed: {e:#}")).ok()
+    };
 
     // Every cache a warm read asks (the following list, the follower window for followed_by,
     // the restriction summary); every result but a hit read the database.
@@ -227,6 +240,19 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     );
     followers.report(&path, graph.edges.len(), a.reads);
     joins.report(a.reads);
+    match &falkor {
+        Some(f) => f.report(&crate::falkordb::Warm {
+            following_page: &page_warm,
+            follower_page: &followers.page_warm,
+            relationships: &batch_warm,
+            common: &joins.rows[0].1,
+            familiar: &joins.rows[2].1,
+        }),
+        None if a.falkordb_url.is_empty() => {
+            println!("\n  * FalkorDB not measured: `make bench-falkordb` (or scripts/falkordb.sh and --falkordb-url redis://127.0.0.1:6390)")
+        }
+        None => {}
+    }
     summarize("following page, warm cache: p99 (vs raw ZREVRANGE)", ms(&page_warm, 0.99), ms(&raw_page_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("BatchGetRelationships(100), warm: p99 (vs raw ZMSCORE)", ms(&batch_warm, 0.99), ms(&raw_batch_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("following page, cold cache: p99 (vs raw PostgreSQL)", ms(&page_cold, 0.99), ms(&raw_page_pg, 0.99), "ms", "<= 2x raw PostgreSQL");

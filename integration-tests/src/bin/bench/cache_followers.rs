@@ -19,7 +19,9 @@ use crate::report::{Hist, latency_rows, ms, print_table, progress, summarize};
 
 /// The follower side's latencies and cache counts.
 pub(crate) struct Followers {
-    page_warm: Hist,
+    /// The accounts whose follower pages were read.
+    pub(crate) users: Vec<i64>,
+    pub(crate) page_warm: Hist,
     page_cold: Hist,
     check_warm: Hist,
     check_cold: Hist,
@@ -103,6 +105,7 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
     let hits = delta("hit");
     let others = delta("miss") + delta("partial") + delta("past_window") + delta("fallback");
     Ok(Followers {
+        users,
         page_warm,
         page_cold,
         check_warm,

@@ -16,7 +16,12 @@ use crate::report::{Hist, latency_rows, ms, print_table, progress, summarize};
 
 /// The joins' latencies.
 pub(crate) struct Joins {
-    rows: Vec<(&'static str, Hist, Hist)>,
+    /// (what, service, raw): common warm, common off, familiar warm, familiar off.
+    pub(crate) rows: Vec<(&'static str, Hist, Hist)>,
+    /// The partner of each common-following read.
+    pub(crate) common_others: Vec<i64>,
+    /// The user of each familiar-followers read.
+    pub(crate) familiar_others: Vec<i64>,
 }
 
 /// Times common-following pages of each of `users` with a random one of `common_partners`
@@ -93,7 +98,7 @@ pub(crate) async fn run(
         rows.push((what, warm, raw_redis));
         rows.push((if common { "common following (50), cache off" } else { "familiar followers (50), cache off" }, off, raw_pg));
     }
-    Ok(Joins { rows })
+    Ok(Joins { rows, common_others, familiar_others })
 }
 
 impl Joins {

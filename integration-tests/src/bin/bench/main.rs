@@ -20,6 +20,7 @@ mod cache;
 mod cache_followers;
 mod cache_joins;
 mod counters;
+mod falkordb;
 mod idle;
 mod import;
 mod likes;
@@ -152,6 +153,10 @@ struct CacheArgs {
     /// Reads per measured row.
     #[arg(long, default_value_t = 2_000)]
     reads: usize,
+    /// A FalkorDB to run the same warm reads on (`redis://127.0.0.1:6390`, started by
+    /// scripts/falkordb.sh); empty: not measured.
+    #[arg(long, env = "SG_BENCH_FALKORDB_URL", default_value = "")]
+    falkordb_url: String,
 }
 
 #[derive(Parser, Clone)]
