@@ -1,6 +1,6 @@
 # socialgraph — the README's commands.
 #   make deps    install (if missing) and start PostgreSQL, MariaDB, Redis and the Kafka broker
-#   make test    make deps, then every test of the workspace against those services
+#   make test    make deps, then the proto checks and every test of the workspace against those services
 #   make run     build, start `socialgraph dev` (embedded, one SQLite file), load and verify a
 #                follow graph, print a tour, leave it serving (DATA=path for another edge list)
 #   make stop    stop what make run started
@@ -17,7 +17,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-rust test-helm run run-mesh stop bench bench-falkordb lint
+.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench bench-falkordb lint
 
 deps:
 	bash scripts/deps.sh
@@ -26,7 +26,15 @@ build:
 	$(CARGO) build --workspace --bins
 
 test: deps
-	@status=0; $(MAKE) test-rust || status=1; $(MAKE) test-helm || status=1; exit $$status
+	@status=0; $(MAKE) test-proto || status=1; $(MAKE) test-rust || status=1; $(MAKE) test-helm || status=1; exit $$status
+
+# The proto contract: buf lint (proto/buf.yaml) and no breaking change against the previous
+# commit (a shallow clone is deepened by one commit first).
+BUF := .tools/node_modules/.bin/buf
+test-proto:
+	$(BUF) lint proto
+	@git rev-parse -q --verify HEAD~1 >/dev/null || git fetch -q --deepen=1 || { echo "buf breaking needs the previous commit: this clone has none (git fetch --deepen=1 failed)" >&2; exit 1; }
+	$(BUF) breaking proto --against '.git#ref=HEAD~1,subdir=proto'
 
 # Two phases: everything else in parallel, then the soc-Slashdot0902 acceptance alone (it
 # loads 870k edges through the whole mesh and needs the machine to itself on 2 cores).

@@ -8,6 +8,8 @@
 #   tansu     tansu 0.6.0 (Kafka-compatible broker) on 127.0.0.1:9092,
 #             state in /var/lib/socialgraph/tansu/tansu.db
 #   python    .venv with the packages in scripts/requirements-dev.txt
+#   buf       buf $BUF_VERSION (npm package @bufbuild/buf) in .tools/, for the proto lint and
+#             breaking-change checks of `make test-proto`
 #
 # Usage: scripts/deps.sh [--check] [STEP...]
 #   no STEP     all of the above, in that order
@@ -20,7 +22,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_STEPS=(postgres mariadb redis sqlite3 tansu python)
+ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf)
 
 TANSU_VERSION=0.6.0
 TANSU_PORT=9092
@@ -29,6 +31,8 @@ TANSU_LOG=/var/log/socialgraph/tansu.log
 VENV="$ROOT/.venv"
 REQUIREMENTS="$ROOT/scripts/requirements-dev.txt"
 STAMP="$VENV/.requirements.sha256"
+BUF_VERSION=1.75.0
+BUF="$ROOT/.tools/node_modules/.bin/buf"
 
 export PATH="$PATH:${HOME:-/root}/.cargo/bin"
 export DEBIAN_FRONTEND=noninteractive
@@ -39,7 +43,7 @@ for arg in "$@"; do
     case "$arg" in
         --check) CHECK=1 ;;
         -h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        postgres | mariadb | redis | sqlite3 | tansu | python) STEPS+=("$arg") ;;
+        postgres | mariadb | redis | sqlite3 | tansu | python | buf) STEPS+=("$arg") ;;
         *) echo "deps.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -306,6 +310,22 @@ step_python() {
     req_hash >"$STAMP"
     did+=(installed)
     say python "$(IFS=,; echo "${did[*]}") ($VENV)"
+}
+
+# ------------------------------------------------------------------ buf
+buf_ok() { [[ -x $BUF && $("$BUF" --version 2>/dev/null) == "$BUF_VERSION" ]]; }
+
+step_buf() {
+    if ((CHECK)); then
+        if buf_ok; then say buf "$BUF_VERSION ($BUF)"; else down buf "$BUF missing or not $BUF_VERSION"; fi
+        return
+    fi
+    if buf_ok; then say buf "$BUF_VERSION ($BUF)"; return; fi
+    command -v npm >/dev/null || apt_install nodejs npm
+    npm install --silent --no-audit --no-fund --prefix "$ROOT/.tools" "@bufbuild/buf@$BUF_VERSION" >/dev/null ||
+        fail buf "npm install @bufbuild/buf@$BUF_VERSION failed"
+    buf_ok || fail buf "$BUF does not report version $BUF_VERSION"
+    say buf "installed $BUF_VERSION ($BUF)"
 }
 
 for step in "${STEPS[@]}"; do
