@@ -1,6 +1,10 @@
 //! Compiles `../../proto` with the pure-Rust protox compiler (no system protoc needed) and
-//! writes the file descriptor set used by server reflection.
+//! writes the file descriptor sets used by server reflection: the socialgraph files, and the
+//! google.rpc error details the services put in their statuses (see `error_details.rs`).
 use prost::Message;
+
+#[path = "error_details.rs"]
+mod error_details;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
@@ -13,7 +17,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, [&root])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("socialgraph_descriptor.bin"), fds.encode_to_vec())?;
+    // RetryInfo's delay is a google.protobuf.Duration: its file travels in the same set.
+    let mut details = protox::compile(["google/protobuf/duration.proto"], [&root])?;
+    details.file.push(error_details::file());
+    std::fs::write(out.join("error_details_descriptor.bin"), details.encode_to_vec())?;
     tonic_prost_build::configure().type_attribute(".", "#[allow(clippy::all, missing_docs)]").compile_fds(fds)?;
     println!("cargo:rerun-if-changed={}", root.display());
+    println!("cargo:rerun-if-changed=error_details.rs");
     Ok(())
 }

@@ -5,6 +5,11 @@
 /// Encoded `FileDescriptorSet` of every socialgraph proto file, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/socialgraph_descriptor.bin"));
 
+/// Encoded `FileDescriptorSet` of the google.rpc error details the services send (BadRequest,
+/// ErrorInfo, RetryInfo, and google.protobuf.Duration they use), for server reflection, so
+/// reflection clients decode a status's details.
+pub const ERROR_DETAILS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/error_details_descriptor.bin"));
+
 /// Event messages carried by Kafka records.
 pub mod events {
     /// Version 1 of the event schema (Kafka header `schema: v1`).

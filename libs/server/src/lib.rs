@@ -161,10 +161,12 @@ pub async fn serve_grpc(
     }
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(socialgraph_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(socialgraph_proto::ERROR_DETAILS_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(socialgraph_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(socialgraph_proto::ERROR_DETAILS_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let routes = routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
