@@ -101,6 +101,12 @@ fn following_page(user: i64) -> String {
     format!("CYPHER u={user} MATCH (:U {{id: $u}})-[f:F]->(b:U) RETURN b.id, f.t ORDER BY f.t DESC, b.id DESC LIMIT 51")
 }
 
+/// A join page of users `a` and `b`: `path` binds `$a`, `$b`, the edge `f` from `a` and the
+/// account `x` listed, in `a`'s list order.
+fn two_user_page(a: i64, b: i64, path: &str) -> String {
+    format!("CYPHER a={a} b={b} MATCH {path} RETURN x.id, f.t ORDER BY f.t DESC, x.id DESC LIMIT 51")
+}
+
 /// FalkorDB's latencies of the warm reads.
 pub(crate) struct Falkor {
     edges: usize,
@@ -171,30 +177,12 @@ pub(crate) async fn run(url: &str, pool: &PgPool, w: &Workload<'_>) -> anyhow::R
             .collect(),
     )
     .await?;
-    let common = timed_queries(
-        w.users
-            .iter()
-            .zip(w.common)
-            .map(|(&a, &b)| {
-                format!(
-                    "CYPHER a={a} b={b} MATCH (:U {{id: $a}})-[f:F]->(c:U)<-[:F]-(:U {{id: $b}}) RETURN c.id, f.t ORDER BY f.t DESC, c.id DESC LIMIT 51"
-                )
-            })
-            .collect(),
-    )
-    .await?;
-    let familiar = timed_queries(
-        w.users
-            .iter()
-            .zip(w.familiar)
-            .map(|(&v, &u)| {
-                format!(
-                    "CYPHER v={v} u={u} MATCH (:U {{id: $v}})-[f:F]->(x:U)-[:F]->(:U {{id: $u}}) RETURN x.id, f.t ORDER BY f.t DESC, x.id DESC LIMIT 51"
-                )
-            })
-            .collect(),
-    )
-    .await?;
+    let common =
+        timed_queries(w.users.iter().zip(w.common).map(|(&a, &b)| two_user_page(a, b, "(:U {id: $a})-[f:F]->(x:U)<-[:F]-(:U {id: $b})")).collect())
+            .await?;
+    let familiar =
+        timed_queries(w.users.iter().zip(w.familiar).map(|(&a, &b)| two_user_page(a, b, "(:U {id: $a})-[f:F]->(x:U)-[:F]->(:U {id: $b})")).collect())
+            .await?;
     let _: Value = redis::cmd("GRAPH.DELETE").arg(GRAPH).query_async(&mut conn).await?;
     Ok(Falkor { edges: n, reads: w.users.len(), pages, follower_pages, relationships, common, familiar })
 }
