@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 pub mod cache;
+pub mod facts;
 mod mesh;
 pub mod model;
 pub use mesh::*;

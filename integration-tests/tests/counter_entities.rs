@@ -1,5 +1,5 @@
 //! Likes and favourites on real data (MovieLens), a hot entity under a like/unlike storm with
-//! crashes, deleted counters and forced rebuilds, replay, sparse actor ids, and bad input.
+//! crashes, corrupted counts and forced rebuilds, replay, sparse actor ids, and bad input.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -172,7 +172,7 @@ async fn movielens_likes_and_favs_match_the_file_before_and_after_unliking_half(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equal_to_bitcount_and_replays_unchanged() -> anyhow::Result<()> {
+async fn a_hot_entity_storm_with_crashes_corrupted_counts_and_rebuilds_ends_equal_to_the_facts_and_replays_unchanged() -> anyhow::Result<()> {
     let mut m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let hot = EntityRef { entity_type: "post".into(), entity_id: 1 };
     let addr = std::sync::Arc::new(std::sync::Mutex::new(m.counter.addr));
@@ -204,7 +204,7 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
     let mut conn = redis_conn(&m.redis_url).await?;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let _: i64 = redis::AsyncCommands::del(&mut conn, keys.counter()).await?;
+        facts::corrupt_like_count(&mut conn, &keys, 1_000).await?;
         let mut c = m.counter.counter().await?;
         // Under the storm a rebuild may be shed as UNAVAILABLE (retryable): retry it.
         let mut rebuilt = false;
@@ -231,11 +231,8 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
         liked += u64::from(a.await??);
     }
     m.settle(SETTLE).await?;
-    let mut bitcount = 0;
-    for chunk in redis::AsyncCommands::smembers::<_, Vec<u64>>(&mut conn, keys.chunk_set("like")).await? {
-        bitcount += redis::AsyncCommands::bitcount::<_, u64>(&mut conn, keys.chunk("like", chunk)).await?;
-    }
-    assert_eq!(bitcount, liked, "the bitmap holds each actor's final state");
+    let bitcount = facts::actors_in_facts(&mut conn, &keys, 0).await?;
+    assert_eq!(bitcount, liked, "the facts hold each actor's final state");
     let mut c = m.counter.counter().await?;
     let count = |mut c: CounterServiceClient<Channel>, hot: EntityRef| async move {
         anyhow::Ok(
@@ -246,12 +243,12 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
     };
     // A toggle whose publish died with the killed process is repaired from the facts once the
     // entity has been quiet for `counters.verify_after_ms`.
-    let settled = socialgraph_testkit::eventually(Duration::from_secs(15), "the count to equal BITCOUNT", || {
+    let settled = socialgraph_testkit::eventually(Duration::from_secs(15), "the count to equal the facts", || {
         let (c, hot) = (c.clone(), hot.clone());
         async move { Ok((count(c, hot).await? == bitcount).then_some(())) }
     })
     .await;
-    assert!(settled.is_ok(), "the count equals BITCOUNT ({bitcount}), got {}", count(c.clone(), hot.clone()).await?);
+    assert!(settled.is_ok(), "the count equals the facts ({bitcount}), got {}", count(c.clone(), hot.clone()).await?);
 
     // Replay from the earliest offset: no count changes.
     m.counter.shutdown.cancel();
@@ -265,7 +262,7 @@ async fn a_hot_entity_storm_with_crashes_deleted_counters_and_rebuilds_ends_equa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn snowflake_like_actor_ids_are_counted_in_a_set_not_in_bitmap_chunks() -> anyhow::Result<()> {
+async fn snowflake_like_actor_ids_are_kept_whole_in_the_state_not_in_bitmap_chunks() -> anyhow::Result<()> {
     let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let mut c = m.counter.counter().await?;
     let e = EntityRef { entity_type: "post".into(), entity_id: 42 };
@@ -278,8 +275,8 @@ async fn snowflake_like_actor_ids_are_counted_in_a_set_not_in_bitmap_chunks() ->
     assert_eq!(got.counts.unwrap_or_default().counts[0].count, 3);
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone()).entity("post", 42);
     let mut conn = redis_conn(&m.redis_url).await?;
-    let chunks: Vec<u64> = redis::AsyncCommands::smembers(&mut conn, keys.chunk_set("like")).await?;
-    assert_eq!(chunks, [0], "only the small id uses a bitmap chunk");
+    let like = facts::layout(&mut conn, &keys).await?.metrics[0].clone();
+    assert_eq!((like.small, like.big, like.chunks), (vec![3], vec![1 << 40, 1_700_000_000_000_000_001], vec![]), "big ids stay whole, in the state");
     let states =
         c.get_action_states(GetActionStatesRequest { actor_id: 1 << 40, entity_type: "post".into(), entity_ids: vec![42, 43] }).await?.into_inner();
     assert_eq!(states.states.iter().map(|s| s.liked).collect::<Vec<_>>(), [true, false]);

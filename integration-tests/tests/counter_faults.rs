@@ -149,10 +149,11 @@ async fn drift_written_by_hand_during_a_workload_is_repaired_by_the_sampled_chec
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone());
     let mut conn = redis_conn(&m.redis_url).await?;
     for u in &quiet {
-        let mut raw: Vec<u8> = redis::AsyncCommands::get(&mut conn, keys.user_counters(*u)).await?;
-        raw[4..8].copy_from_slice(&77u32.to_be_bytes());
-        raw[12..16].copy_from_slice(&55u32.to_be_bytes());
-        let _: () = redis::AsyncCommands::set(&mut conn, keys.user_counters(*u), raw).await?;
+        let raw: Vec<u8> = redis::AsyncCommands::hget(&mut conn, keys.user_counters(*u), *u).await?;
+        let mut stored = socialgraph_cache::counters::Stored::decode(&raw).expect("a well-formed value");
+        stored.counters.0[1] = 77;
+        stored.counters.0[3] = 55;
+        let _: () = redis::AsyncCommands::hset(&mut conn, keys.user_counters(*u), *u, stored.encode()).await?;
     }
     let want = model.users(&m.db, &quiet).await?;
     socialgraph_testkit::eventually(Duration::from_secs(30), "the sampled check to repair the quiet users", || {

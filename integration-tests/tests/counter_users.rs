@@ -9,6 +9,7 @@ use prost::Message;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::record::Record;
+use socialgraph_cache::counters::{Stored, rest_clock_now};
 use socialgraph_integration_tests::*;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::*;
@@ -64,9 +65,10 @@ async fn assert_exact(m: &Mesh, users: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete_counter(redis_url: &str, key: String) -> anyhow::Result<()> {
+/// Deletes one user's counters (its field of the bucket), as an eviction or an operator would.
+async fn delete_counter(redis_url: &str, keys: &socialgraph_cache::keys::Keys, user_id: i64) -> anyhow::Result<()> {
     let mut conn = redis_conn(redis_url).await?;
-    let _: i64 = redis::AsyncCommands::del(&mut conn, key).await?;
+    let _: i64 = redis::AsyncCommands::hdel(&mut conn, keys.user_counters(user_id), user_id).await?;
     Ok(())
 }
 
@@ -93,7 +95,7 @@ async fn user_counters_stay_exact_through_crashes_forced_rebuilds_deleted_keys_a
                         let _ = c.rebuild_user_counters(admin(RebuildUserCountersRequest { user_id: u })).await;
                     }
                 } else {
-                    delete_counter(&redis_url, keys.user_counters(u)).await?;
+                    delete_counter(&redis_url, &keys, u).await?;
                 }
                 rounds += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -121,7 +123,7 @@ async fn user_counters_stay_exact_through_crashes_forced_rebuilds_deleted_keys_a
     let before = read_all(&m, USERS).await?;
     m.counter.shutdown.cancel();
     (&mut m.counter.task).await??;
-    delete_counter(&m.redis_url, keys.consumer_offsets("counter")).await?;
+    let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&m.redis_url).await?, keys.consumer_offsets("counter")).await?;
     m.counter = spawn_counter(m.counter_config()).await?;
     m.settle(SETTLE).await?;
     assert_eq!(read_all(&m, USERS).await?, before, "replay changes no counter");
@@ -272,20 +274,23 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     let mut conn = redis_conn(&m.redis_url).await?;
     // The consumer created user 2's counters, so that first read ran its check (in the
     // background, off the read path), which started the rest period: wait for it to be set.
-    let mut rest_ms: i64 = -2;
+    let mut rest_s: i64 = -1;
     for _ in 0..100 {
-        rest_ms = redis::cmd("PTTL").arg(keys.user_check(2)).query_async(&mut conn).await?;
-        if rest_ms != -2 {
+        let raw: Vec<u8> = redis::AsyncCommands::hget(&mut conn, keys.user_counters(2), 2).await?;
+        let stored = Stored::decode(&raw).expect("a well-formed value");
+        if stored.rest_until_s > 0 {
+            rest_s = stored.rest_until_s as i64 - rest_clock_now() as i64;
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!((1..=1200).contains(&rest_ms), "a rebuilt user rests one interval plus jitter (PTTL {rest_ms} ms)");
+    assert!((0..=2).contains(&rest_s), "a rebuilt user rests one interval plus jitter (rest ends in {rest_s} s)");
 
-    // Drift: followers of user 2 overwritten by hand (bytes 4..8), guards untouched.
-    let mut raw: Vec<u8> = redis::AsyncCommands::get(&mut conn, keys.user_counters(2)).await?;
-    raw[4..8].copy_from_slice(&7u32.to_be_bytes());
-    let _: () = redis::AsyncCommands::set(&mut conn, keys.user_counters(2), raw).await?;
+    // Drift: followers of user 2 overwritten by hand, guard version untouched.
+    let raw: Vec<u8> = redis::AsyncCommands::hget(&mut conn, keys.user_counters(2), 2).await?;
+    let mut stored = Stored::decode(&raw).expect("a well-formed value");
+    stored.counters.0[1] = 7;
+    let _: () = redis::AsyncCommands::hset(&mut conn, keys.user_counters(2), 2, stored.encode()).await?;
     assert_eq!(read_all(&m, 3).await?[&2], (0, 7), "reads serve the stored value");
 
     let mut c = m.counter.counter().await?;

@@ -1,12 +1,18 @@
-//! Per-user counters: the 20-byte SDS string and the Lua scripts that change it.
+//! Per-user counters, packed many users to a Redis hash, and the Lua scripts that change them.
 //!
-//! Layout (DESIGN.md §5): five big-endian u32, in order followings, followers, posts,
-//! likes_received, favs_received. Decrements floor at 0, increments saturate at u32::MAX.
+//! Layout (DESIGN.md §5, made compact by the memory issue): the users are spread over
+//! [`USER_BUCKETS`] hashes `sg:uc:{u:B}` by [`user_bucket`]; in its bucket each user is one
+//! field (the id in decimal) whose value is [`Stored`]: seven LEB128 varints, the five counters
+//! (followings, followers, posts, likes_received, favs_received), the guard version plus one and
+//! the end of the sampled check's rest period. A bucket of up to 128 small fields stays in
+//! Redis's listpack encoding, so a user costs its field and value plus a share of one key
+//! instead of three keys of its own (README, operations: memory). Decrements floor at 0,
+//! increments saturate at u32::MAX.
 //!
 //! Effectively-once without per-offset bookkeeping: every script writes absolute values or
 //! per-item states, never blind deltas.
 //! - Followings and followers are copied from projection-svc's `edge_count` row together with
-//!   its version; the user's guard keeps the newest version copied ([`SYNC_EDGES`]).
+//!   its version; the value keeps the newest version copied ([`SYNC_EDGES`]).
 //! - Likes and favourites received are the sums of the owner's recv hash, which holds each
 //!   owned entity's counts with the entity's toggle sequence ([`OWNER_SYNC`]).
 //! - Posts follow the posts set; each entity keeps the time of its last content event
@@ -18,9 +24,26 @@ use redis::Script;
 
 /// Number of counters in an SDS.
 pub const FIELDS: usize = 5;
-/// Bytes of an SDS.
-pub const SDS_LEN: usize = FIELDS * 4;
 
+/// Hashes the users' counters are spread over. Part of the layout: a bucket keeps its compact
+/// encoding while it holds at most `hash-max-listpack-entries` users (128 by default), so the
+/// default fits about 8 million users (README, operations: memory, for more).
+pub const USER_BUCKETS: u64 = 65_536;
+
+/// The bucket of `user_id`: xxh3-64 of its 8 big-endian bytes modulo [`USER_BUCKETS`], so
+/// that sequential and snowflake-like ids spread alike.
+pub fn user_bucket(user_id: i64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&user_id.to_be_bytes()) % USER_BUCKETS
+}
+
+/// Start of the clock of [`Stored::rest_until_s`]: 2025-01-01T00:00:00Z in Unix seconds (a
+/// recent epoch keeps the varint at 4 bytes).
+pub const REST_EPOCH_S: u64 = 1_735_689_600;
+
+/// Seconds since [`REST_EPOCH_S`] now (0 before it).
+pub fn rest_clock_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default().saturating_sub(REST_EPOCH_S)
+}
 /// Indexes of the counters inside an SDS.
 pub mod field {
     /// Accounts the user follows.
@@ -40,29 +63,6 @@ pub mod field {
 pub struct Sds(pub [u32; FIELDS]);
 
 impl Sds {
-    /// Decodes 20 bytes; anything else is malformed (`None`).
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != SDS_LEN {
-            return None;
-        }
-        let mut out = [0u32; FIELDS];
-        for (i, v) in out.iter_mut().enumerate() {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&bytes[i * 4..i * 4 + 4]);
-            *v = u32::from_be_bytes(b);
-        }
-        Some(Self(out))
-    }
-
-    /// Encodes to 20 bytes.
-    pub fn encode(&self) -> [u8; SDS_LEN] {
-        let mut out = [0u8; SDS_LEN];
-        for (i, v) in self.0.iter().enumerate() {
-            out[i * 4..i * 4 + 4].copy_from_slice(&v.to_be_bytes());
-        }
-        out
-    }
-
     /// Adds `delta` to each counter, flooring at 0 and saturating at u32::MAX (the scripts'
     /// rule, for tests and in-memory mirrors).
     pub fn apply(&mut self, delta: [i64; FIELDS]) {
@@ -72,19 +72,108 @@ impl Sds {
     }
 }
 
-/// Shared Lua: clamp and pack/unpack (Redis bundles the `struct` library).
+/// One user's value in its bucket: the counters, the version of the projection's follow counts
+/// copied into them (the guard; -1 before any copy) and the end of the sampled check's rest
+/// period (seconds since [`REST_EPOCH_S`], 0 = none).
+///
+/// Encoded as seven unsigned LEB128 varints in that order (the version plus one), nothing
+/// after them: 9–35 bytes, about 12 for a typical user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// The counters.
+    pub counters: Sds,
+    /// Version of the follow counts copied in (-1: none yet).
+    pub version: i64,
+    /// End of the check rest period (seconds since [`REST_EPOCH_S`]).
+    pub rest_until_s: u64,
+}
+
+impl Stored {
+    /// Decodes a value; `None` when malformed (a truncated varint, a counter over u32::MAX,
+    /// trailing bytes).
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut it = bytes.iter();
+        let mut next = || {
+            let mut v: u64 = 0;
+            for shift in (0..64).step_by(7) {
+                let b = *it.next()?;
+                v |= u64::from(b & 0x7f) << shift;
+                if b < 0x80 {
+                    return Some(v);
+                }
+            }
+            None
+        };
+        let mut counters = [0u32; FIELDS];
+        for c in &mut counters {
+            *c = u32::try_from(next()?).ok()?;
+        }
+        let version = i64::try_from(next()?).ok()? - 1;
+        let rest_until_s = next()?;
+        it.next().is_none().then_some(Self { counters: Sds(counters), version, rest_until_s })
+    }
+
+    /// Encodes as [`Self::decode`] reads it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        let mut put = |mut v: u64| loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        };
+        for c in self.counters.0 {
+            put(u64::from(c));
+        }
+        put(u64::try_from(self.version.saturating_add(1)).unwrap_or_default());
+        put(self.rest_until_s);
+        out
+    }
+}
+
+/// Shared Lua: clamp and the value's varints (Lua numbers are doubles: exact below 2^53, which
+/// every counter, version and time stays under).
 const LUA_SDS: &str = r"
-local function unpack5(s)
-  local a, b, c, d, e = struct.unpack('>I4>I4>I4>I4>I4', s)
-  return {a, b, c, d, e}
-end
-local function pack5(v)
-  return struct.pack('>I4>I4>I4>I4>I4', v[1], v[2], v[3], v[4], v[5])
-end
 local function clamp(x)
   if x < 0 then return 0 end
   if x > 4294967295 then return 4294967295 end
   return x
+end
+-- the user's value: {followings, followers, posts, likes, favs, version + 1, rest until} or nil
+local function rd(s)
+  if not s then return nil end
+  local out, i = {}, 1
+  for k = 1, 7 do
+    local v, mul = 0, 1
+    repeat
+      local b = string.byte(s, i)
+      if not b then return nil end
+      i = i + 1
+      v = v + (b % 128) * mul
+      mul = mul * 128
+    until b < 128
+    out[k] = v
+  end
+  if i ~= #s + 1 then return nil end
+  for k = 1, 5 do if out[k] > 4294967295 then return nil end end
+  return out
+end
+local function wr(v)
+  local t = {}
+  for k = 1, 7 do
+    local x, parts = v[k], {}
+    repeat
+      local b = x % 128
+      x = (x - b) / 128
+      if x > 0 then b = b + 128 end
+      parts[#parts + 1] = string.char(b)
+    until x == 0
+    t[k] = table.concat(parts)
+  end
+  return table.concat(t)
 end
 ";
 
@@ -105,75 +194,70 @@ local function recv_sums(key)
   end
   return likes, favs
 end
--- keys: sds, guard, posts set, recv hash. A fresh counter from the facts in this slot.
+-- keys: bucket, posts set, recv hash. A fresh value from the facts in this slot.
 local function fresh(keys)
-  local likes, favs = recv_sums(keys[4])
-  return {0, 0, clamp(redis.call('SCARD', keys[3])), clamp(likes), clamp(favs)}
+  local likes, favs = recv_sums(keys[3])
+  return {0, 0, clamp(redis.call('SCARD', keys[2])), clamp(likes), clamp(favs), 0, 0}
 end
 ";
 
-/// KEYS: sds, guard, posts set, recv hash. ARGV: followings, followers, version (of the
+/// KEYS: bucket, posts set, recv hash. ARGV: user id, followings, followers, version (of the
 /// projection's `edge_count` row), force ('1' | '0').
 ///
 /// Copies absolute follow counts, keeping only the newest version: a value whose version is at
-/// or below the stored guard `edges` changes nothing (unless forced at an equal version), so
-/// duplicated, replayed and reordered events cannot move a counter twice. A missing or
-/// malformed counter is created from the facts of this slot (posts set, recv hash) and takes
-/// the given version whatever the guard says. Returns {written (0|1), previous string or
-/// false}.
+/// or below the stored one changes nothing (unless forced at an equal version), so duplicated,
+/// replayed and reordered events cannot move a counter twice. A missing or malformed value is
+/// created from the facts of this slot (posts set, recv hash) and takes the given version.
+/// Returns {written (0|1), previous value or false}.
 const SYNC_EDGES: &str = r"
-local ver = tonumber(ARGV[3])
-local cur = tonumber(redis.call('HGET', KEYS[2], 'edges') or '-1')
-local s = redis.call('GET', KEYS[1])
-local ok = s and #s == 20
-if ok and (ver < cur or (ver == cur and ARGV[4] ~= '1')) then return {0, s} end
-local v
-if ok then v = unpack5(s) else v = fresh(KEYS) end
-v[1] = clamp(tonumber(ARGV[1]))
-v[2] = clamp(tonumber(ARGV[2]))
-redis.call('SET', KEYS[1], pack5(v))
-redis.call('HSET', KEYS[2], 'edges', ver)
+local ver = math.max(tonumber(ARGV[4]) + 1, 0)
+local s = redis.call('HGET', KEYS[1], ARGV[1])
+local v = rd(s)
+if v and (ver < v[6] or (ver == v[6] and ARGV[5] ~= '1')) then return {0, s} end
+if not v then v = fresh(KEYS) end
+v[1] = clamp(tonumber(ARGV[2]))
+v[2] = clamp(tonumber(ARGV[3]))
+v[6] = ver
+redis.call('HSET', KEYS[1], ARGV[1], wr(v))
 return {1, s or false}
 ";
 
-/// KEYS: sds, guard, posts set, recv hash. ARGV: followings, followers, version.
+/// KEYS: bucket, posts set, recv hash. ARGV: user id, followings, followers, version.
 ///
-/// The sampled check. Follow counts at the same version as the stored guard must be equal; if
+/// The sampled check. Follow counts at the same version as the stored one must be equal; if
 /// they differ the counter drifted and is rewritten. A newer version is copied (the counter was
 /// merely behind). Posts must equal the posts set and likes/favs received the sums of the recv
 /// hash, whatever the version. Returns {drift (0|1), written (0|1)}; {-1, 0} when there is no
-/// counter (the next read creates it).
+/// value (the next read creates it).
 const CHECK: &str = r"
-local s = redis.call('GET', KEYS[1])
-if (not s) or #s ~= 20 then return {-1, 0} end
-local ver = tonumber(ARGV[3])
-local cur = tonumber(redis.call('HGET', KEYS[2], 'edges') or '-1')
-local v = unpack5(s)
-local f, r = clamp(tonumber(ARGV[1])), clamp(tonumber(ARGV[2]))
+local v = rd(redis.call('HGET', KEYS[1], ARGV[1]))
+if not v then return {-1, 0} end
+local ver = math.max(tonumber(ARGV[4]) + 1, 0)
+local f, r = clamp(tonumber(ARGV[2])), clamp(tonumber(ARGV[3]))
 local drift, write = 0, 0
-if ver >= cur and (v[1] ~= f or v[2] ~= r) then
-  if ver == cur then drift = 1 end
+if ver >= v[6] and (v[1] ~= f or v[2] ~= r) then
+  if ver == v[6] then drift = 1 end
   v[1], v[2], write = f, r, 1
 end
-if ver > cur then redis.call('HSET', KEYS[2], 'edges', ver) end
+if ver > v[6] then v[6], write = ver, 1 end
 local want = fresh(KEYS)
 for i = 3, 5 do
   if v[i] ~= want[i] then v[i], drift, write = want[i], 1, 1 end
 end
-if write == 1 then redis.call('SET', KEYS[1], pack5(v)) end
+if write == 1 then redis.call('HSET', KEYS[1], ARGV[1], wr(v)) end
 return {drift, write}
 ";
 
-/// KEYS: sds, recv hash. ARGV: quads (member `etype:eid`, seq, likes, favs): the entity's
-/// current counts read together with its toggle sequence.
+/// KEYS: bucket, recv hash. ARGV: user id, then quads (member `etype:eid`, seq, likes, favs):
+/// the entity's current counts read together with its toggle sequence.
 ///
 /// Copies each entity's counts into the owner's recv hash when its sequence is newer than the
-/// stored one, and moves likes/favs received by the difference (if the counter exists; a
-/// missing one is later created from the hash). Re-sending the same or an older state changes
-/// nothing. Returns {likes delta, favs delta}.
+/// stored one, and moves likes/favs received by the difference (if the value exists; a missing
+/// one is later created from the hash). Re-sending the same or an older state changes nothing.
+/// Returns {likes delta, favs delta}.
 const OWNER_SYNC: &str = r"
 local dl, df = 0, 0
-for i = 1, #ARGV, 4 do
+for i = 2, #ARGV, 4 do
   local q, l, f = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local old = redis.call('HGET', KEYS[2], ARGV[i])
   local oq, ol, of = -1, 0, 0
@@ -184,18 +268,17 @@ for i = 1, #ARGV, 4 do
     redis.call('HSET', KEYS[2], ARGV[i], q .. ':' .. l .. ':' .. f)
   end
 end
-local s = redis.call('GET', KEYS[1])
-if s and #s == 20 and (dl ~= 0 or df ~= 0) then
-  local v = unpack5(s)
+local v = rd(redis.call('HGET', KEYS[1], ARGV[1]))
+if v and (dl ~= 0 or df ~= 0) then
   v[4] = clamp(v[4] + dl)
   v[5] = clamp(v[5] + df)
-  redis.call('SET', KEYS[1], pack5(v))
+  redis.call('HSET', KEYS[1], ARGV[1], wr(v))
 end
 return {dl, df}
 ";
 
-/// KEYS: sds, posts set, post times hash. ARGV: triples (op '+' published | '-' deleted,
-/// member `etype:eid`, event time ms), in log order.
+/// KEYS: bucket, posts set, post times hash. ARGV: user id, then triples (op '+' published |
+/// '-' deleted, member `etype:eid`, event time ms), in log order.
 ///
 /// Each entity keeps the time of the last content event applied to it (negative for a
 /// deletion); an event applies only when it is newer (at equal times a deletion wins), so a
@@ -203,7 +286,7 @@ return {dl, df}
 /// moves by what SADD/SREM changed. Returns the posts delta.
 const APPLY_CONTENT: &str = r"
 local d = 0
-for i = 1, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   local t = tonumber(ARGV[i + 2])
   local last = redis.call('HGET', KEYS[3], ARGV[i + 1])
   local apply = true
@@ -222,13 +305,32 @@ for i = 1, #ARGV, 3 do
     end
   end
 end
-local s = redis.call('GET', KEYS[1])
-if s and #s == 20 and d ~= 0 then
-  local v = unpack5(s)
+local v = rd(redis.call('HGET', KEYS[1], ARGV[1]))
+if v and d ~= 0 then
   v[3] = clamp(v[3] + d)
-  redis.call('SET', KEYS[1], pack5(v))
+  redis.call('HSET', KEYS[1], ARGV[1], wr(v))
 end
 return d
+";
+
+/// KEYS: bucket. ARGV: now (seconds since [`REST_EPOCH_S`]), then pairs (user id, rest
+/// seconds) of users of this bucket.
+///
+/// The users whose check rest period is over: each starts its next period (now + its rest)
+/// and is returned, so that concurrent readers and replicas check a user at most once per
+/// period. Users without a value are not due (the next read creates them).
+const CHECKS_DUE: &str = r"
+local now = tonumber(ARGV[1])
+local due = {}
+for i = 2, #ARGV, 2 do
+  local v = rd(redis.call('HGET', KEYS[1], ARGV[i]))
+  if v and v[7] <= now then
+    v[7] = now + tonumber(ARGV[i + 1])
+    redis.call('HSET', KEYS[1], ARGV[i], wr(v))
+    due[#due + 1] = ARGV[i]
+  end
+end
+return due
 ";
 
 /// The compiled scripts (EVALSHA with automatic script load).
@@ -242,12 +344,14 @@ pub struct Scripts {
     pub owner_sync: Script,
     /// Content events: the posts set and counter.
     pub apply_content: Script,
+    /// Users whose sampled check is due ([`CHECKS_DUE`]).
+    pub checks_due: Script,
 }
 
 impl Scripts {
     /// Every script, for loading after Redis lost them.
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content]
+    pub fn all(&self) -> [&Script; 5] {
+        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content, &self.checks_due]
     }
 }
 
@@ -258,6 +362,7 @@ impl Default for Scripts {
             check: Script::new(&format!("{LUA_SDS}{LUA_RECV}{CHECK}")),
             owner_sync: Script::new(&format!("{LUA_SDS}{LUA_RECV}{OWNER_SYNC}")),
             apply_content: Script::new(&format!("{LUA_SDS}{APPLY_CONTENT}")),
+            checks_due: Script::new(&format!("{LUA_SDS}{CHECKS_DUE}")),
         }
     }
 }
@@ -267,12 +372,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sds_round_trips_big_endian() {
-        let s = Sds([1, 2, 3, u32::MAX, 0]);
-        let bytes = s.encode();
-        assert_eq!(&bytes[0..4], &[0, 0, 0, 1]);
-        assert_eq!(Sds::decode(&bytes), Some(s));
-        assert_eq!(Sds::decode(&bytes[..19]), None);
+    fn values_round_trip_as_varints() {
+        let v = Stored { counters: Sds([1, 200, 3, u32::MAX, 0]), version: 77_777, rest_until_s: 60_000_000 };
+        let bytes = v.encode();
+        assert_eq!(bytes[0], 1);
+        assert_eq!(&bytes[1..3], &[0xc8, 0x01], "200 as LEB128");
+        assert_eq!(Stored::decode(&bytes), Some(v));
+        assert_eq!(Stored::decode(&bytes[..bytes.len() - 1]), None, "truncated");
+        assert_eq!(Stored::decode(&[bytes.as_slice(), &[0]].concat()), None, "trailing byte");
+        let fresh = Stored { version: -1, ..Stored::default() };
+        assert_eq!(fresh.encode(), vec![0; 7]);
+        assert_eq!(Stored::decode(&[0; 7]), Some(fresh));
+    }
+
+    #[test]
+    fn a_counter_over_u32_is_malformed() {
+        let mut bytes = Stored::default().encode();
+        bytes.splice(0..1, [0x80, 0x80, 0x80, 0x80, 0x10]);
+        assert_eq!(Stored::decode(&bytes), None);
+    }
+
+    #[test]
+    fn buckets_spread_sequential_ids() {
+        let mut per = vec![0u32; USER_BUCKETS as usize];
+        for u in 1..=1_000_000i64 {
+            per[user_bucket(u) as usize] += 1;
+        }
+        let max = per.iter().max().copied().unwrap_or_default();
+        assert!(max <= 40, "1M sequential users: fullest bucket {max} (mean 15)");
     }
 
     #[test]

@@ -62,38 +62,31 @@ impl Keys {
         format!("{}sg:capp:{{{consumer}}}", self.prefix)
     }
 
-    /// `sg:ucnt:{uid}`: the user's 20-byte counter string (see [`crate::counters::Sds`]).
+    /// `sg:uc:{u:B}`: the hash bucket holding the counters of the users of bucket `B =
+    /// user_bucket(uid)` (see [`crate::counters`]): field = the user id in decimal, value = the
+    /// user's packed counters with their guard version and check rest period
+    /// ([`crate::counters::Stored`]). Many users share one small hash, which Redis keeps in its
+    /// compact listpack encoding.
     pub fn user_counters(&self, user_id: i64) -> String {
-        format!("{}sg:ucnt:{{{user_id}}}", self.prefix)
+        format!("{}sg:uc:{}", self.prefix, user_tag(user_id))
     }
 
-    /// `sg:ucnt:{uid}:guard`: hash with field `edges` → the version of the projection's
-    /// follow counts copied into the user's counters. Same slot as the counters.
-    pub fn user_guard(&self, user_id: i64) -> String {
-        format!("{}sg:ucnt:{{{user_id}}}:guard", self.prefix)
-    }
-
-    /// `sg:ucnt:{uid}:chk`: present while the sampled drift check of the user is resting.
-    pub fn user_check(&self, user_id: i64) -> String {
-        format!("{}sg:ucnt:{{{user_id}}}:chk", self.prefix)
-    }
-
-    /// `sg:posts:{uid}`: set of `etype:eid` the user has published and not deleted (the fact
-    /// behind the posts counter). Same slot as the counters.
+    /// `sg:posts:{u:B}:uid`: set of `etype:eid` the user has published and not deleted (the
+    /// fact behind the posts counter). Same slot as the user's counters.
     pub fn user_posts(&self, user_id: i64) -> String {
-        format!("{}sg:posts:{{{user_id}}}", self.prefix)
+        format!("{}sg:posts:{}:{user_id}", self.prefix, user_tag(user_id))
     }
 
-    /// `sg:postt:{uid}`: hash `etype:eid` → time (ms) of the last content event applied to
-    /// the entity, negative for a deletion (orders duplicates and late copies).
+    /// `sg:postt:{u:B}:uid`: hash `etype:eid` → time (ms) of the last content event applied
+    /// to the entity, negative for a deletion (orders duplicates and late copies).
     pub fn user_post_times(&self, user_id: i64) -> String {
-        format!("{}sg:postt:{{{user_id}}}", self.prefix)
+        format!("{}sg:postt:{}:{user_id}", self.prefix, user_tag(user_id))
     }
 
-    /// `sg:recv:{uid}`: hash `etype:eid` → `seq:likes:favs`, the owned entity's counts as last
-    /// copied with its toggle sequence; likes and favs received are its sums.
+    /// `sg:recv:{u:B}:uid`: hash `etype:eid` → `seq:likes:favs`, the owned entity's counts as
+    /// last copied with its toggle sequence; likes and favs received are its sums.
     pub fn user_received(&self, user_id: i64) -> String {
-        format!("{}sg:recv:{{{user_id}}}", self.prefix)
+        format!("{}sg:recv:{}:{user_id}", self.prefix, user_tag(user_id))
     }
 
     /// `sg:own:{etype:eid}`: the author id of a published entity (the content registry).
@@ -120,7 +113,8 @@ impl Keys {
     }
 }
 
-/// Keys of one entity's like/fav facts and counts (DESIGN.md §5); all share the hash tag
+/// Keys of one entity's like/fav facts and counts (DESIGN.md §5, in the adaptive layout of
+/// [`crate::entities`]); all share the hash tag
 /// `{etype:eid}`, so one script can touch them atomically.
 #[derive(Debug, Clone)]
 pub struct EntityKeys {
@@ -137,22 +131,15 @@ impl EntityKeys {
     pub fn chunk_prefix(&self, metric: &str) -> String {
         format!("{}sg:bm:{}:{metric}:", self.prefix, self.tag)
     }
-    /// `sg:bmc:{etype:eid}:{metric}`: set of the chunk ids in use (counts never need KEYS or
-    /// SCAN).
-    pub fn chunk_set(&self, metric: &str) -> String {
-        format!("{}sg:bmc:{}:{metric}", self.prefix, self.tag)
-    }
-    /// `sg:bms:{etype:eid}:{metric}`: set of actor ids too large for bitmap chunks.
-    pub fn sparse(&self, metric: &str) -> String {
+    /// `sg:bms:{etype:eid}:{metric}`: the metric's spill set (8-byte big-endian actor ids), used
+    /// only while the actors outgrow the state's arrays (see [`crate::entities`]).
+    pub fn spill(&self, metric: &str) -> String {
         format!("{}sg:bms:{}:{metric}", self.prefix, self.tag)
     }
-    /// `sg:seq:{etype:eid}`: the entity's toggle sequence, bumped by every change of a fact.
-    pub fn seq(&self) -> String {
-        format!("{}sg:seq:{}", self.prefix, self.tag)
-    }
-    /// `sg:cnt:{etype:eid}`: the 20-byte entity counter (read, like, fav, comment, repost).
-    pub fn counter(&self) -> String {
-        format!("{}sg:cnt:{}", self.prefix, self.tag)
+    /// `sg:ent:{etype:eid}`: the entity's state string: toggle sequence, like and fav counts,
+    /// and the small arrays and chunk list of both metrics (format in [`crate::entities`]).
+    pub fn state(&self) -> String {
+        format!("{}sg:ent:{}", self.prefix, self.tag)
     }
     /// `sg:obx:{etype:eid}`: list, the entity's outbox: one entry per fact change, appended by
     /// the toggle script in the same step as the change, removed by the relay once the broker
@@ -167,6 +154,11 @@ impl Keys {
     pub fn entity(&self, entity_type: &str, entity_id: i64) -> EntityKeys {
         EntityKeys { prefix: self.prefix.clone(), tag: format!("{{{entity_type}:{entity_id}}}") }
     }
+}
+
+/// The hash tag `{u:B}` of a user's keys: `B` is [`crate::counters::user_bucket`].
+fn user_tag(user_id: i64) -> String {
+    format!("{{u:{}}}", crate::counters::user_bucket(user_id))
 }
 
 /// The field naming one partition of one topic in guard and offset hashes.

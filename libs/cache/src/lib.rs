@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod entities;
+pub mod entity_layout;
 pub mod keys;
 pub mod lists;
 pub mod rate_limit;

@@ -1,10 +1,11 @@
-//! Likes and favourites: toggles on the bitmap facts, entity counts, action states, rebuilds.
+//! Likes and favourites: toggles on the facts (the adaptive layout of
+//! [`socialgraph_cache::entities`]), entity counts, action states, rebuilds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use redis::Value;
-use socialgraph_cache::entities::{FAV_INDEX, LIKE_INDEX, Slot, slot};
+use socialgraph_cache::entities::{FAV_INDEX, LIKE_INDEX, actor_args};
 use socialgraph_cache::keys::EntityKeys;
 use socialgraph_domain::{MAX_BATCH, Violation, valid_entity_type, validate_user_id};
 use socialgraph_proto::counter::v1 as pb;
@@ -159,20 +160,10 @@ pub fn entity_counts(entity: &pb::EntityRef, wanted: &[Metric], likes: u64, favs
     }
 }
 
-/// The nine keys of an entity's scripts: counter, outbox, seq, then prefix/chunk set/sparse set
-/// for like and for fav.
-pub fn script_keys(k: &EntityKeys) -> [String; 9] {
-    [
-        k.counter(),
-        k.outbox(),
-        k.seq(),
-        k.chunk_prefix("like"),
-        k.chunk_set("like"),
-        k.sparse("like"),
-        k.chunk_prefix("fav"),
-        k.chunk_set("fav"),
-        k.sparse("fav"),
-    ]
+/// The five keys of an entity's read scripts: state, then chunk prefix and spill set of like
+/// and of fav.
+pub fn script_keys(k: &EntityKeys) -> [String; 5] {
+    [k.state(), k.chunk_prefix("like"), k.spill("like"), k.chunk_prefix("fav"), k.spill("fav")]
 }
 
 fn pair(v: Value) -> ApiResult<(u64, u64)> {
@@ -197,22 +188,11 @@ impl Entities {
         let k = self.keys(entity);
         let name = metric_name(metric);
         let mut inv = self.store.entity_scripts.toggle.prepare_invoke();
-        for key in script_keys(&k) {
-            inv.key(key);
-        }
-        let (kind, member, chunk) = match slot(actor_id) {
-            Slot::Bit { chunk, bit } => {
-                inv.key(k.chunk(name, chunk));
-                ("bit", bit as i64, chunk)
-            }
-            Slot::Sparse => {
-                inv.key(k.sparse(name));
-                ("set", actor_id, 0)
-            }
-        };
+        inv.key(k.state()).key(k.outbox()).key(k.chunk_prefix(name)).key(k.spill(name));
+        let (small, bytes) = actor_args(actor_id);
         let index = if metric == FAV { FAV_INDEX } else { LIKE_INDEX };
         let entry = crate::outbox::entry_template(actor_id, owner_id, metric, if wanted { 1 } else { -1 }, now_ms());
-        inv.arg(kind).arg(member).arg(u8::from(wanted)).arg(chunk).arg(index).arg(entry);
+        inv.arg(index).arg(small).arg(bytes.as_slice()).arg(u8::from(wanted)).arg(entry);
         // Register the entity in the relay's index before the script (same round trip): a crash
         // in between leaves an index entry with an empty outbox, never an unindexed event.
         let mut pipe = redis::pipe();
@@ -240,7 +220,7 @@ impl Entities {
     async fn read_or_rebuild(&self, entities: &[pb::EntityRef], force: bool) -> ApiResult<Vec<(u64, u64)>> {
         let mut pipe = redis::pipe();
         for e in entities {
-            let mut inv = self.store.entity_scripts.read_or_rebuild.prepare_invoke();
+            let mut inv = self.store.entity_scripts.counts.prepare_invoke();
             for k in script_keys(&self.keys(e)) {
                 inv.key(k);
             }
@@ -265,17 +245,19 @@ impl Entities {
     /// INVALID_ARGUMENT for bad ids, type, or batch size; UNAVAILABLE.
     pub async fn states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>> {
         let mut pipe = redis::pipe();
+        let (small, bytes) = actor_args(actor_id);
         for id in ids {
-            let k = self.store.keys.entity(entity_type, *id);
-            for name in ["like", "fav"] {
-                match slot(actor_id) {
-                    Slot::Bit { chunk, bit } => pipe.getbit(k.chunk(name, chunk), bit as usize),
-                    Slot::Sparse => pipe.sismember(k.sparse(name), actor_id),
-                };
+            let mut inv = self.store.entity_scripts.has.prepare_invoke();
+            for k in script_keys(&self.store.keys.entity(entity_type, *id)) {
+                inv.key(k);
             }
+            inv.arg(&small).arg(bytes.as_slice());
+            pipe.invoke_script(&inv);
         }
         let v = self.store.query(&pipe).await.map_err(cache_error)?;
-        let flags: Vec<bool> = v.into_iter().map(|x| redis::from_redis_value::<i64>(x).unwrap_or(0) == 1).collect();
-        Ok(ids.iter().enumerate().map(|(i, id)| pb::ActionState { entity_id: *id, liked: flags[2 * i], faved: flags[2 * i + 1] }).collect())
+        ids.iter()
+            .zip(v)
+            .map(|(id, x)| pair(x).map(|(liked, faved)| pb::ActionState { entity_id: *id, liked: liked == 1, faved: faved == 1 }))
+            .collect()
     }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redis::{Pipeline, Value};
-use socialgraph_cache::counters::{Scripts, Sds};
+use socialgraph_cache::counters::{Scripts, Sds, Stored};
 use socialgraph_cache::entities::EntityScripts;
 use socialgraph_cache::keys::{Keys, partition_field};
 use socialgraph_cache::{CacheError, Pool};
@@ -114,7 +114,7 @@ impl Store {
             .into_iter()
             .map(|v| {
                 let (written, old): (i64, Value) = redis::from_redis_value(v)?;
-                let old = redis::from_redis_value::<Option<Vec<u8>>>(old).ok().flatten().and_then(|b| Sds::decode(&b));
+                let old = decode_sds(old);
                 Ok((written == 1).then_some(old))
             })
             .collect()
@@ -129,14 +129,14 @@ impl Store {
             self.push_sync_edges(&mut pipe, c, false);
             pipe.ignore();
         }
-        for &(u, rest_secs) in periods {
-            self.push_check_period(&mut pipe, u, rest_secs);
-            pipe.ignore();
-        }
+        let ignored = pipe.len();
+        self.push_checks_due(&mut pipe, periods);
+        // The sync scripts' replies are ignored; skip the check scripts' replies.
+        let n = pipe.len() - ignored;
         for c in counts {
-            pipe.get(self.keys.user_counters(c.user_id));
+            pipe.hget(self.keys.user_counters(c.user_id), c.user_id);
         }
-        Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
+        Ok(self.query(&pipe).await?.into_iter().skip(n).map(decode_sds).collect())
     }
 
     /// Appends the `SYNC_EDGES` script for one user's counts to `pipe`.
@@ -147,14 +147,29 @@ impl Store {
         pipe.invoke_script(&inv);
     }
 
-    /// Appends the start of one user's check rest period (`SET NX EX`) to `pipe`.
-    fn push_check_period(&self, pipe: &mut redis::Pipeline, user_id: i64, rest_secs: u64) {
-        pipe.cmd("SET").arg(self.keys.user_check(user_id)).arg(1).arg("NX").arg("EX").arg(rest_secs);
+    /// Appends to `pipe` one `CHECKS_DUE` script per bucket of `users` ((user, rest seconds));
+    /// each answers the users of its bucket whose period it started.
+    fn push_checks_due(&self, pipe: &mut redis::Pipeline, users: &[(i64, u64)]) {
+        let mut by_bucket: std::collections::BTreeMap<String, Vec<(i64, u64)>> = std::collections::BTreeMap::new();
+        for &(u, rest) in users {
+            by_bucket.entry(self.keys.user_counters(u)).or_default().push((u, rest));
+        }
+        let now = socialgraph_cache::counters::rest_clock_now();
+        for (bucket, users) in by_bucket {
+            let mut inv = self.scripts.checks_due.prepare_invoke();
+            inv.key(bucket).arg(now);
+            for (u, rest) in users {
+                inv.arg(u).arg(rest);
+            }
+            pipe.invoke_script(&inv);
+        }
     }
 
+    /// The keys (bucket, posts set, recv hash) and first argument (the user) of the scripts
+    /// that read a user's facts.
     fn user_keys(&self, inv: &mut redis::ScriptInvocation<'_>, user_id: i64) {
         let k = &self.keys;
-        inv.key(k.user_counters(user_id)).key(k.user_guard(user_id)).key(k.user_posts(user_id)).key(k.user_received(user_id));
+        inv.key(k.user_counters(user_id)).key(k.user_posts(user_id)).key(k.user_received(user_id)).arg(user_id);
     }
 
     /// The sampled check of one user against `counts` (see the script).
@@ -179,7 +194,7 @@ impl Store {
         let mut pipe = redis::pipe();
         for (owner, states) in owners {
             let mut inv = self.scripts.owner_sync.prepare_invoke();
-            inv.key(self.keys.user_counters(*owner)).key(self.keys.user_received(*owner));
+            inv.key(self.keys.user_counters(*owner)).key(self.keys.user_received(*owner)).arg(*owner);
             for st in states {
                 inv.arg(&st.member).arg(st.seq).arg(st.likes).arg(st.favs);
             }
@@ -193,9 +208,7 @@ impl Store {
         let mut pipe = redis::pipe();
         for (t, id) in entities {
             let mut inv = self.entity_scripts.state.prepare_invoke();
-            for k in crate::entities::script_keys(&self.keys.entity(t, *id)) {
-                inv.key(k);
-            }
+            inv.key(self.keys.entity(t, *id).state());
             pipe.invoke_script(&inv);
         }
         entities
@@ -223,7 +236,7 @@ impl Store {
         let mut pipe = redis::pipe();
         for (author, ops) in authors {
             let mut inv = self.scripts.apply_content.prepare_invoke();
-            inv.key(self.keys.user_counters(*author)).key(self.keys.user_posts(*author)).key(self.keys.user_post_times(*author));
+            inv.key(self.keys.user_counters(*author)).key(self.keys.user_posts(*author)).key(self.keys.user_post_times(*author)).arg(*author);
             for (published, member, ms) in ops {
                 inv.arg(if *published { "+" } else { "-" }).arg(member).arg(*ms);
             }
@@ -233,30 +246,44 @@ impl Store {
     }
 
     /// Reads the counters of `users` in one round trip, in order: `None` for missing or
-    /// malformed. One MGET: a single Redis node serves every key (a Redis Cluster would need
-    /// one MGET per slot, as the keys' hash tags differ).
+    /// malformed. One HMGET per bucket of the batch, pipelined (every bucket is one slot, so
+    /// this also works on a Redis Cluster node by node).
     pub async fn read(&self, users: &[i64]) -> Result<Vec<Option<Sds>>, CacheError> {
-        if users.is_empty() {
-            return Ok(Vec::new());
+        Ok(self.read_stored(users).await?.into_iter().map(|v| v.map(|s| s.counters)).collect())
+    }
+
+    /// As [`Self::read`], the whole stored values (counters, guard version, rest period).
+    pub async fn read_stored(&self, users: &[i64]) -> Result<Vec<Option<Stored>>, CacheError> {
+        let mut by_bucket: std::collections::BTreeMap<String, Vec<usize>> = std::collections::BTreeMap::new();
+        for (i, u) in users.iter().enumerate() {
+            by_bucket.entry(self.keys.user_counters(*u)).or_default().push(i);
         }
         let mut pipe = redis::pipe();
-        pipe.cmd("MGET").arg(users.iter().map(|u| self.keys.user_counters(*u)).collect::<Vec<_>>());
-        let values = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
-        let values: Vec<Value> = redis::from_redis_value(values)?;
-        Ok(values.into_iter().map(decode_sds).collect())
+        for (bucket, idx) in &by_bucket {
+            pipe.cmd("HMGET").arg(bucket).arg(idx.iter().map(|i| users[*i]).collect::<Vec<_>>());
+        }
+        let mut out = vec![None; users.len()];
+        for ((_, idx), values) in by_bucket.iter().zip(self.query(&pipe).await?) {
+            let values: Vec<Value> = redis::from_redis_value(values)?;
+            for (i, v) in idx.iter().zip(values) {
+                out[*i] = decode_stored(v);
+            }
+        }
+        Ok(out)
     }
 
     /// Starts the sampled-check rest period of every user in `users` whose period is over, in
-    /// one round trip (SET NX EX per user); returns those users: their check is due now.
+    /// one round trip (one script per bucket); returns those users: their check is due now.
     /// `rest_secs` gives each user's period (callers add jitter so that users first read
-    /// together do not fall due together).
+    /// together do not fall due together). Users without counters are never due.
     pub async fn checks_due(&self, users: &[(i64, u64)]) -> Result<Vec<i64>, CacheError> {
         let mut pipe = redis::pipe();
-        for &(u, rest_secs) in users {
-            self.push_check_period(&mut pipe, u, rest_secs);
+        self.push_checks_due(&mut pipe, users);
+        let mut due = Vec::new();
+        for v in self.query(&pipe).await? {
+            due.extend(redis::from_redis_value::<Vec<i64>>(v)?);
         }
-        let replies = self.query(&pipe).await?;
-        Ok(users.iter().zip(replies).filter(|(_, v)| matches!(v, Value::Okay | Value::SimpleString(_))).map(|((u, _), _)| *u).collect())
+        Ok(due)
     }
 }
 
@@ -264,9 +291,14 @@ impl Store {
 /// log order.
 pub type AuthorContent = (i64, Vec<(bool, String, i64)>);
 
-/// A GET reply → the counters it holds (`None`: missing or malformed).
+/// An HGET reply → the value it holds (`None`: missing or malformed).
+fn decode_stored(v: Value) -> Option<Stored> {
+    redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Stored::decode(&b))
+}
+
+/// An HGET reply → the counters it holds (`None`: missing or malformed).
 fn decode_sds(v: Value) -> Option<Sds> {
-    redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Sds::decode(&b))
+    decode_stored(v).map(|s| s.counters)
 }
 
 /// `etype:eid` → (etype, eid).

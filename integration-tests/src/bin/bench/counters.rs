@@ -84,17 +84,23 @@ async fn counter_reads(svc: &Svc, a: &CountersArgs, seed: u64) -> anyhow::Result
     Ok(Reads { batch, single })
 }
 
-/// Sets (`true`) or deletes the sampled-check rest key `sg:ucnt:{uid}:chk` of every user.
+/// Puts every user's sampled check at rest for an hour (`true`) or makes it due, by rewriting
+/// the rest period inside each user's stored value.
 async fn set_check_keys(m: &Mesh, users: i64, resting: bool) -> anyhow::Result<()> {
+    use socialgraph_cache::counters::{Stored, rest_clock_now};
     let keys = Keys::new(m.prefix.clone());
     let mut conn = bench_redis().await?;
+    let rest_until_s = if resting { rest_clock_now() + 3_600 } else { 0 };
     for chunk in (1..=users).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
         for &u in chunk {
-            if resting {
-                pipe.cmd("SET").arg(keys.user_check(u)).arg(1).arg("EX").arg(3_600).ignore();
-            } else {
-                pipe.del(keys.user_check(u)).ignore();
+            pipe.hget(keys.user_counters(u), u);
+        }
+        let values: Vec<Option<Vec<u8>>> = pipe.query_async(&mut conn).await?;
+        let mut pipe = redis::pipe();
+        for (&u, v) in chunk.iter().zip(values) {
+            if let Some(stored) = v.as_deref().and_then(Stored::decode) {
+                pipe.hset(keys.user_counters(u), u, Stored { rest_until_s, ..stored }.encode()).ignore();
             }
         }
         pipe.query_async::<()>(&mut conn).await?;
@@ -115,7 +121,7 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     let create = read_every_user(&m.counter, a.users).await?;
 
     // Steady state: every user's sampled check is resting (as within 300 s of its last
-    // check), so a read costs its GET plus one SET NX per id.
+    // check), so a read costs its HMGETs plus, on the first read of an id, one check script.
     set_check_keys(m, a.users, true).await?;
     progress(&format!("BatchGetUserCounters(100) and GetUserCounters, checks resting, concurrency {}, {} s each", a.concurrency, a.secs));
     let resting = counter_reads(&m.counter, a, 7).await?;
@@ -130,8 +136,6 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     let (get, mget) = redis_reads(&mut conn, a).await?;
     progress("GET and MGET of 100 keys from redis-rs (the service's client library and pool)");
     let (rs_get, rs_mget) = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size).await?;
-
-    memory(&mut conn, a.memory_users).await?;
 
     // Last (its background checks outlive the run): every user's check due at once, as right
     // after counters are created or 300 s after a read of every user.
@@ -209,25 +213,30 @@ async fn redis_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersA
 }
 
 /// Measures and prints the memory of `users` user counters in both layouts.
-async fn memory(conn: &mut redis::aio::MultiplexedConnection, users: i64) -> anyhow::Result<()> {
-    progress(&format!("memory of {users} user counters: 20-byte strings vs hashes of five fields"));
-    let (str_usage, str_delta) = counter_memory(conn, users, false).await?;
-    let (hash_usage, hash_delta) = counter_memory(conn, users, true).await?;
+pub(crate) async fn memory(conn: &mut redis::aio::MultiplexedConnection, users: i64) -> anyhow::Result<()> {
+    progress(&format!("memory of {users} user counters: the service's buckets vs hashes of five fields"));
+    let (svc_usage, svc_delta, buckets) = counter_memory(conn, users, false).await?;
+    let (hash_usage, hash_delta, _) = counter_memory(conn, users, true).await?;
     print_table(
         &format!("Memory per user counter, {users} users"),
-        "string sg:ucnt",
+        "bucketed sg:uc",
         "hash of 5 fields",
-        &[row("MEMORY USAGE bytes/user", str_usage, hash_usage, "B"), row("used_memory delta bytes/user", str_delta, hash_delta, "B")],
+        &[row("MEMORY USAGE bytes/user", svc_usage, hash_usage, "B"), row("used_memory delta bytes/user", svc_delta, hash_delta, "B")],
         &[
-            "string = the service's layout: key sg:ucnt:{uid} (real key builder, bench prefix), 20-byte value (5 x u32)".into(),
-            "hash = the same five counters as HSET fields fo,fe,po,lr,fr with decimal values (listpack encoding); \
-             ratio < 1 means the service's layout is smaller"
+            format!(
+                "bucketed = the service's layout: {users} users in {buckets} hashes sg:uc:{{u:B}} (real key builder and encoder, \
+                 bench prefix), field = user id, value = 5 counters + guard version + check rest period as varints; every \
+                 byte the service keeps per user (no other key per user)"
+            ),
+            "hash = the same five counters as HSET fields fo,fe,po,lr,fr with decimal values, one key per user (listpack \
+             encoding), no guard; ratio < 1 means the service's layout is smaller (target <= 0.33)"
                 .into(),
-            "MEMORY USAGE averaged over a sample of 1000 keys; used_memory delta over all keys (other clients of \
-             this Redis can disturb it)"
+            "MEMORY USAGE: the service's summed over every bucket key, the hashes averaged over a sample of 1000 keys; \
+             used_memory delta over all keys (other clients of this Redis can disturb it)"
                 .into(),
         ],
     );
+    summarize("User counters, MEMORY USAGE per user (vs a 5-field hash)", svc_usage, hash_usage, "B", "<= 0.33x");
     Ok(())
 }
 
@@ -282,11 +291,12 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             "raw = redis-benchmark -c 32 on the same Redis: MGET of 100 random keys of 20 bytes (-n 100000) and GET of one \
              (-n 200000); redis-benchmark has no MGET test of its own (its MSET test writes 10 keys)"
                 .into(),
-            "first rows: default counter-svc, every user's sampled check resting (its sg:ucnt:{uid}:chk key set beforehand, \
-             as within 300 s of a check): the first read of an id on this instance sends one SET NX, later ones none"
+            "first rows: default counter-svc, every user's sampled check resting (its rest period set an hour ahead \
+             beforehand, as within 300 s of a check): the first read of an id on this instance runs one check script, later \
+             ones none"
                 .into(),
             "check off = counter-svc restarted with counters.check_interval_secs = 0".into(),
-            "checks due = default counter-svc, every user's check key absent: reads start a drift check per user \
+            "checks due = default counter-svc, every user's rest period over: reads start a drift check per user \
              (projection-svc GetEdgeCounts and Redis reads), measured last"
                 .into(),
             format!("first read of every user (creates counters from projection-svc): {:.0} ids/s", a.users as f64 / r.create.elapsed.as_secs_f64()),
@@ -304,21 +314,24 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
     summarize("BatchGetUserCounters(100) (vs MGET of 100)", batch.rate(), r.rs_mget.rate(), "/s", ">= 0.6x");
 }
 
-/// Writes `users` counters under a bench prefix (strings of 20 bytes, or hashes of five
-/// fields), measures them, deletes them. Returns (MEMORY USAGE mean, used_memory delta) per user.
-async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64, as_hash: bool) -> anyhow::Result<(f64, f64)> {
+/// Writes `users` counters under a bench prefix (the service's buckets, or one hash of five
+/// fields per user), measures them, deletes them. Returns (MEMORY USAGE per user, used_memory
+/// delta per user, keys written).
+async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64, as_hash: bool) -> anyhow::Result<(f64, f64, usize)> {
+    use socialgraph_cache::counters::{Sds, Stored, rest_clock_now};
     let bp = bench_prefix();
     let keys = Keys::new(bp.clone());
+    let hash_key = |u: i64| format!("{bp}sg:ucnth:{{{u}}}");
     let before = used_memory(conn).await?;
     let ids: Vec<i64> = (1..=users).collect();
+    let mut buckets = std::collections::BTreeSet::new();
     for chunk in ids.chunks(1_000) {
         let mut pipe = redis::pipe();
         for &u in chunk {
             let v = [(u % 5_000) as u32, (mix(u as u64) % 100_000) as u32, (u % 300) as u32, (u % 70_000) as u32, (u % 9_000) as u32];
             if as_hash {
-                let key = keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:");
                 pipe.cmd("HSET")
-                    .arg(key)
+                    .arg(hash_key(u))
                     .arg("fo")
                     .arg(v[0])
                     .arg("fe")
@@ -331,17 +344,23 @@ async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64
                     .arg(v[4])
                     .ignore();
             } else {
-                pipe.set(keys.user_counters(u), socialgraph_cache::counters::Sds(v).encode().as_slice()).ignore();
+                // A version as the projection's edge_count rows reach it, a rest period running.
+                let stored = Stored { counters: Sds(v), version: (mix(u as u64 + 7) % 20_000) as i64, rest_until_s: rest_clock_now() + 300 };
+                buckets.insert(keys.user_counters(u));
+                pipe.hset(keys.user_counters(u), u, stored.encode()).ignore();
             }
         }
         pipe.query_async::<()>(&mut *conn).await?;
     }
     let after = used_memory(conn).await?;
-    let sample: Vec<String> = (0..1_000)
-        .map(|k| (mix(k) % users as u64) as i64 + 1)
-        .map(|u| if as_hash { keys.user_counters(u).replace("sg:ucnt:", "sg:ucnth:") } else { keys.user_counters(u) })
-        .collect();
-    let usage = memory_usage(conn, &sample).await?;
+    let usage = if as_hash {
+        let sample: Vec<String> = (0..1_000).map(|k| hash_key((mix(k) % users as u64) as i64 + 1)).collect();
+        let usage = memory_usage(conn, &sample).await?;
+        usage.iter().sum::<u64>() as f64 / usage.len() as f64
+    } else {
+        let all: Vec<String> = buckets.iter().cloned().collect();
+        memory_usage(conn, &all).await?.iter().sum::<u64>() as f64 / users as f64
+    };
     delete_prefix(conn, &bp).await?;
-    Ok((usage.iter().sum::<u64>() as f64 / usage.len() as f64, (after - before) as f64 / users as f64))
+    Ok((usage, (after - before) as f64 / users as f64, buckets.len()))
 }

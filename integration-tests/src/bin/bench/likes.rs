@@ -1,7 +1,8 @@
 //! Part 4, likes: the Like RPC beside the raw Lua toggle (from redis-benchmark and from this
 //! process) and a one-record produce; entity count reads beside MGET; memory per liked entity
-//! on MovieLens.
+//! on MovieLens (the other densities are in the memory part).
 
+pub(crate) mod density;
 mod movielens;
 
 use std::collections::{BTreeMap, HashSet};
@@ -59,7 +60,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     progress("redis-benchmark EVALSHA of the toggle script");
     let mut conn = bench_redis().await?;
     let scripts = EntityScripts::default();
-    let (eval, eval_probe) = toggle_benchmark(&mut conn, &scripts, a, bp).await?;
+    let eval = toggle_benchmark(&mut conn, &scripts, a, bp).await?;
 
     // Raw 2: the same EVALSHA from this process (redis-rs), the Like run's pairs, 4 connections.
     progress("EVALSHA of the toggle script from redis-rs, the same pairs");
@@ -71,7 +72,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let produce = produce_singles(a).await?;
 
     summarize(format!("Like ({} callers)", a.concurrency), like.rate(), direct.rate(), "/s", ">= 0.6x");
-    print_likes(a, &LikeResults { like, publish_failures, eval, eval_probe, direct, produce });
+    print_likes(a, &LikeResults { like, publish_failures, eval, direct, produce });
     entity_counts(m, a, &clients, bp, &mut conn).await?;
     movielens::run(m, a, &clients, bp, &mut conn).await
 }
@@ -106,40 +107,26 @@ async fn like_run(a: &LikesArgs, clients: &[CounterServiceClient<Channel>], pair
     .await
 }
 
-/// redis-benchmark EVALSHA of the toggle script, each call on a new entity; also returns what a
-/// call with a 12-digit bit offset (as redis-benchmark would expand a random bit) answers.
+/// redis-benchmark EVALSHA of the toggle script, each call on a new entity.
 async fn toggle_benchmark(
     conn: &mut redis::aio::MultiplexedConnection,
     scripts: &EntityScripts,
     a: &LikesArgs,
     bp: &str,
-) -> anyhow::Result<(RedisBench, redis::Value)> {
+) -> anyhow::Result<RedisBench> {
     let sha = scripts.toggle.prepare_invoke().load_async(&mut *conn).await?;
-    // __rand_int__ expands to 12 zero-padded digits, which GETBIT/SETBIT refuse as a bit offset
-    // ("bit offset is not an integer"), so the randomness goes into the entity of the keys and
-    // the bit stays fixed: every call flips a new entity's bit (the `changed` path).
+    // The randomness goes into the entity of the keys and the actor stays fixed: every call
+    // flips a new entity's fact (the `changed` path).
     let ek = Keys::new(bp.to_owned()).entity("rb", 0);
     let tag = |k: String| k.replace("{rb:0}", "{rb:__rand_int__}");
     let mut eval_args: Vec<String> = vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "200000".into()];
-    eval_args.extend(["-r".into(), "100000000".into(), "EVALSHA".into(), sha.clone(), "10".into()]);
-    eval_args.extend(toggle_keys(&ek, 0).into_iter().map(tag));
-    eval_args.extend(["bit".into(), "4242".into(), "1".into(), "0".into(), "1".into(), "1|0|1|1|0|".into()]);
+    eval_args.extend(["-r".into(), "100000000".into(), "EVALSHA".into(), sha.clone(), "4".into()]);
+    eval_args.extend(toggle_keys(&ek).into_iter().map(tag));
+    // ARGV: like, actor 4242 in decimal, its 8 bytes (unused below 2^32: any 8 bytes), set.
+    eval_args.extend(["1".into(), "4242".into(), "00000000".into(), "1".into(), "4242|0|1|1|0|".into()]);
     let eval = redis_benchmark(&eval_args).await?;
-    let eval_probe: redis::Value = redis::cmd("EVALSHA")
-        .arg(&sha)
-        .arg(10)
-        .arg(toggle_keys(&ek, 0))
-        .arg("bit")
-        .arg("000000004242")
-        .arg(1)
-        .arg(0)
-        .arg(1)
-        .arg("1|0|1|1|0|")
-        .query_async(&mut *conn)
-        .await
-        .unwrap_or_else(|e| redis::Value::SimpleString(format!("error: {e}")));
     delete_prefix(conn, bp).await?;
-    Ok((eval, eval_probe))
+    Ok(eval)
 }
 
 /// The service's Redis round trip of a Like (ZADD to the pending-entity index and the toggle
@@ -158,11 +145,11 @@ async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(
         let bpx2 = bpx.clone();
         let toggle = Arc::clone(&toggle);
         async move {
-            let (bit, chunk) = ((actor as u64) % 32_768, (actor as u64) / 32_768);
+            let (small, bytes) = socialgraph_cache::entities::actor_args(actor);
             // The service's round trip: the pending-entity index, then the toggle script.
             let mut pipe = redis::pipe();
             pipe.zadd(Keys::new(bpx2).pending_entities(), format!("post:{entity}"), 1).ignore();
-            pipe.invoke_script(toggle.key(toggle_keys(&k, chunk)).arg("bit").arg(bit).arg(1).arg(chunk).arg(1).arg(format!("{actor}|0|1|1|0|")));
+            pipe.invoke_script(toggle.key(toggle_keys(&k)).arg(1).arg(small).arg(bytes.as_slice()).arg(1).arg(format!("{actor}|0|1|1|0|")));
             let ((changed, _seq),): ((i64, i64),) = pipe.query_async(&mut conn).await?;
             anyhow::ensure!(changed == 1, "raw toggle changed nothing");
             Ok(())
@@ -199,8 +186,6 @@ struct LikeResults {
     /// counter-svc's `sg_action_publish_failures_total` after the Like run.
     publish_failures: f64,
     eval: RedisBench,
-    /// The answer to an EVALSHA with a 12-digit bit offset.
-    eval_probe: redis::Value,
     direct: Run,
     produce: Run,
 }
@@ -223,16 +208,9 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
         ],
         &[
             like.describe("Like RPC") + &format!(" (publish failures: {})", r.publish_failures),
-            "redis-benchmark EVALSHA <toggle sha> 10 <entity keys> <chunk> bit 4242 1 0 1 <entry> -r 100000000 -n 200000: random \
-             entity per call (each __rand_int__ independently), fixed bit"
+            "redis-benchmark EVALSHA <toggle sha> 4 <entity keys> 1 4242 <8 bytes> 1 <entry> -r 100000000 -n 200000: random \
+             entity per call (each __rand_int__ independently), fixed actor"
                 .into(),
-            format!(
-                "the same call with bit __rand_int__ (12 zero-padded digits, as redis-benchmark expands it) fails: {}",
-                match &r.eval_probe {
-                    redis::Value::SimpleString(s) => s.clone(),
-                    other => format!("{other:?}"),
-                }
-            ),
             direct.describe("EVALSHA from redis-rs (same pairs, 4 multiplexed connections)"),
             produce.describe("rskafka produce, 1 record of 90 bytes per request, Lz4, 4 partitions"),
         ],
@@ -271,37 +249,35 @@ async fn entity_counts(
         &[row("req/s", counts.rate(), mget.rps, "/s"), row("p50", counts.p50(), mget.p50, "ms"), row("p99", counts.p99(), mget.p99, "ms")],
         &[
             counts.describe("BatchGetEntityCounts"),
-            "the service runs one read-or-rebuild script per entity (9 keys each) in one pipeline; raw = one MGET of 100 \
-             counter keys of 20 bytes"
+            "the service runs one counts script per entity (5 keys each) in one pipeline; raw = one MGET of 100 \
+             entity state strings of 6 bytes (a state with seq 3, 3 likes, 3 favs, no actors)"
                 .into(),
         ],
     );
     Ok(())
 }
 
-/// redis-benchmark MGET of 100 random entity counter keys of 20 bytes, written under the bench
+/// redis-benchmark MGET of 100 random entity state strings of 6 bytes, written under the bench
 /// prefix beforehand and deleted afterwards.
 async fn entity_counters_mget(conn: &mut redis::aio::MultiplexedConnection, a: &LikesArgs, bp: &str) -> anyhow::Result<RedisBench> {
     let kk = Keys::new(bp.to_owned());
     for chunk in (0..a.entities).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
         for e in chunk {
-            pipe.set(kk.entity("post", 0).counter().replace("{post:0}", &format!("{{post:{e:012}}}")), [3u8; 20].as_slice()).ignore();
+            pipe.set(kk.entity("post", 0).state().replace("{post:0}", &format!("{{post:{e:012}}}")), [1u8, 3, 3, 3, 0, 0].as_slice()).ignore();
         }
         pipe.query_async::<()>(&mut *conn).await?;
     }
     let mut mget_args: Vec<String> =
         vec!["-c".into(), a.concurrency.to_string(), "-n".into(), "100000".into(), "-r".into(), a.entities.to_string(), "MGET".into()];
-    mget_args.extend((0..100).map(|_| kk.entity("post", 0).counter().replace("{post:0}", "{post:__rand_int__}")));
+    mget_args.extend((0..100).map(|_| kk.entity("post", 0).state().replace("{post:0}", "{post:__rand_int__}")));
     let mget = redis_benchmark(&mget_args).await?;
     delete_prefix(conn, bp).await?;
     Ok(mget)
 }
 
-/// The ten keys of the toggle script for a like of an actor in `chunk`: the entity's nine script
-/// keys, then the chunk.
-fn toggle_keys(k: &EntityKeys, chunk: u64) -> Vec<String> {
-    let mut keys = socialgraph_counter::entities::script_keys(k).to_vec();
-    keys.push(k.chunk("like", chunk));
-    keys
+/// The four keys of the toggle script for a like: state, outbox, like chunk prefix, like spill
+/// set.
+fn toggle_keys(k: &EntityKeys) -> Vec<String> {
+    vec![k.state(), k.outbox(), k.chunk_prefix("like"), k.spill("like")]
 }

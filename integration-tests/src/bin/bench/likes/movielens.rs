@@ -6,6 +6,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
+use socialgraph_cache::entity_layout::EntityLayout;
 use socialgraph_cache::keys::Keys;
 use socialgraph_integration_tests::{Mesh, counter_caught_up};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
@@ -53,12 +54,13 @@ pub(super) async fn run(
 
     let movies: Vec<i64> = likes.keys().chain(favs.keys()).copied().collect::<BTreeSet<_>>().into_iter().collect();
     let keys = Keys::new(m.prefix.clone());
-    let (svc_total, breakdown) = svc_memory(conn, &keys, &movies).await?;
-
-    // The shared set of recently toggled entities (emptied by the outbox relay once quiet).
+    // The shared set of recently toggled entities: the outbox relay drops each entity once its
+    // outbox is empty and it has been quiet for `counters.verify_after_ms`; whatever is left
+    // is counted with the entities.
     let pending_key = keys.pending_entities();
-    let pending_members: u64 = redis::cmd("ZCARD").arg(&pending_key).query_async(&mut *conn).await.unwrap_or_default();
-    let pending_bytes = memory_usage(conn, std::slice::from_ref(&pending_key)).await?.first().copied().unwrap_or_default();
+    let (pending_members, pending_bytes) = pending_after_quiet(conn, &pending_key).await?;
+    let (svc_total, breakdown) = svc_memory(conn, &keys, &movies).await?;
+    let svc_total = svc_total + pending_bytes;
 
     let (set_delta, set_total) = set_memory(conn, bp, &likes, &favs).await?;
     let n = movies.len() as f64;
@@ -70,7 +72,7 @@ pub(super) async fn run(
         &[
             format!("counter-svc per movie: {}", breakdown.join(", ")),
             format!(
-                "not counted: the shared pending-entities sorted set, {pending_members} members and {pending_bytes} B when measured \
+                "counted too: the shared pending-entities sorted set, {pending_members} members and {pending_bytes} B when measured \
                  (every toggle adds its entity; the outbox relay removes quiet entities with an empty outbox)"
             ),
             format!(
@@ -130,30 +132,25 @@ async fn load(a: &LikesArgs, clients: &[CounterServiceClient<Channel>], ops: Vec
     .await
 }
 
+/// Waits (at most 30 s) for the relay to empty the pending-entities set; returns its members
+/// and MEMORY USAGE then.
+pub(crate) async fn pending_after_quiet(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> anyhow::Result<(u64, u64)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let members: u64 = redis::cmd("ZCARD").arg(key).query_async(&mut *conn).await?;
+        if members == 0 || std::time::Instant::now() > deadline {
+            let bytes = memory_usage(conn, &[key.to_owned()]).await?.first().copied().unwrap_or_default();
+            return Ok((members, bytes));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// MEMORY USAGE of every key of every movie with a fact; returns the total in bytes and, per
 /// kind of key, the mean bytes per movie and the keys present.
 async fn svc_memory(conn: &mut redis::aio::MultiplexedConnection, keys: &Keys, movies: &[i64]) -> anyhow::Result<(u64, Vec<String>)> {
-    let mut pipe = redis::pipe();
-    for &mv in movies {
-        let k = keys.entity("movie", mv);
-        pipe.smembers(k.chunk_set("like")).smembers(k.chunk_set("fav"));
-    }
-    let chunk_ids: Vec<Vec<u64>> = pipe.query_async(&mut *conn).await?;
-    let kinds = ["bitmap chunks", "chunk sets", "sparse sets", "seq", "counter", "outbox"];
-    let mut by_kind: Vec<Vec<String>> = vec![Vec::new(); kinds.len()];
-    for (i, &mv) in movies.iter().enumerate() {
-        let k = keys.entity("movie", mv);
-        for (j, metric) in ["like", "fav"].iter().enumerate() {
-            for c in &chunk_ids[2 * i + j] {
-                by_kind[0].push(k.chunk(metric, *c));
-            }
-            by_kind[1].push(k.chunk_set(metric));
-            by_kind[2].push(k.sparse(metric));
-        }
-        by_kind[3].push(k.seq());
-        by_kind[4].push(k.counter());
-        by_kind[5].push(k.outbox());
-    }
+    let (by_kind, layouts) = entity_keys(conn, keys, "movie", movies).await?;
+    let kinds = ["state strings", "bitmap chunks and spill sets", "outboxes"];
     let mut svc_total = 0u64;
     let mut breakdown = Vec::new();
     for (kind, ks) in kinds.iter().zip(&by_kind) {
@@ -163,7 +160,40 @@ async fn svc_memory(conn: &mut redis::aio::MultiplexedConnection, keys: &Keys, m
         svc_total += sum;
         breakdown.push(format!("{kind} {:.0} B ({present} keys)", sum as f64 / movies.len() as f64));
     }
+    breakdown.push(layouts);
     Ok((svc_total, breakdown))
+}
+
+/// The keys of each entity of `etype` in `ids`, by kind (state strings, fact keys the states
+/// name, outboxes), and a line that says how the metrics are represented.
+pub(crate) async fn entity_keys(
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &Keys,
+    etype: &str,
+    ids: &[i64],
+) -> anyhow::Result<([Vec<String>; 3], String)> {
+    let mut by_kind: [Vec<String>; 3] = Default::default();
+    let (mut arrays, mut bitmapped, mut spilled) = (0, 0, 0);
+    for chunk in ids.chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for id in chunk {
+            pipe.get(keys.entity(etype, *id).state());
+        }
+        let states: Vec<Option<Vec<u8>>> = pipe.query_async(&mut *conn).await?;
+        for (id, state) in chunk.iter().zip(states) {
+            let k = keys.entity(etype, *id);
+            let layout = state.as_deref().and_then(EntityLayout::decode).unwrap_or_default();
+            for m in &layout.metrics {
+                arrays += usize::from(!m.small.is_empty() || !m.big.is_empty());
+                bitmapped += usize::from(!m.chunks.is_empty());
+                spilled += usize::from(m.spilled);
+            }
+            by_kind[0].push(k.state());
+            by_kind[1].extend(layout.fact_keys(&k));
+            by_kind[2].push(k.outbox());
+        }
+    }
+    Ok((by_kind, format!("metrics with actors in the state {arrays}, with bitmap chunks {bitmapped}, spilled {spilled}")))
 }
 
 /// Raw: the same facts as one SET of user ids per movie and metric, under the bench prefix
