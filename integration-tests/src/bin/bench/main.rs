@@ -25,6 +25,7 @@ mod idle;
 mod import;
 mod likes;
 mod load;
+mod memory;
 mod projection;
 mod raw;
 mod relation;
@@ -53,10 +54,14 @@ enum Part {
     Relation(RelationArgs),
     /// Follow → ListFollowers propagation; consumer apply vs raw fetch.
     Projection(ProjectionArgs),
-    /// User counter reads vs redis-benchmark; memory per user counter.
+    /// User counter reads vs redis-benchmark.
     Counters(CountersArgs),
-    /// Like RPC vs the raw Lua toggle; entity count reads vs MGET; memory per liked entity.
+    /// Like RPC vs the raw Lua toggle; entity count reads vs MGET; memory per liked MovieLens
+    /// movie.
     Likes(LikesArgs),
+    /// Redis memory per user counter (vs a 5-field hash) and per like at three densities (vs a
+    /// plain set and a plain bitmap); needs only Redis.
+    Memory(MemoryArgs),
     /// A follow graph through ImportFollows into the whole mesh vs COPY; time to lag 0 and to
     /// right counters.
     Import(ImportArgs),
@@ -114,9 +119,13 @@ struct CountersArgs {
     /// Seconds of each read run.
     #[arg(long, default_value_t = 10)]
     secs: u64,
-    /// Users of the memory measurement.
-    #[arg(long, default_value_t = 100_000)]
-    memory_users: i64,
+}
+
+#[derive(Parser, Clone)]
+struct MemoryArgs {
+    /// Users of the user counter measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    users: i64,
 }
 
 #[derive(Parser, Clone)]
@@ -196,6 +205,7 @@ async fn main() -> anyhow::Result<()> {
         Part::Projection(a) => projection::run(&a).await?,
         Part::Counters(a) => counters::run(&a).await?,
         Part::Likes(a) => likes::run(&a).await?,
+        Part::Memory(a) => memory::run(&a).await?,
         Part::Import(a) => import::run(&a).await?,
         Part::Idle(a) => idle::run(&a).await?,
         Part::Cache(a) => cache::run(&a).await?,
@@ -205,6 +215,7 @@ async fn main() -> anyhow::Result<()> {
             projection::run(&defaults()).await?;
             counters::run(&defaults()).await?;
             likes::run(&defaults()).await?;
+            memory::run(&defaults()).await?;
             import::run(&defaults()).await?;
             idle::run(&defaults()).await?;
             cache::run(&defaults()).await?;
