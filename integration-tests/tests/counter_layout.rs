@@ -4,7 +4,10 @@
 //! and with the facts after every step.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -13,6 +16,7 @@ use socialgraph_cache::keys::EntityKeys;
 use socialgraph_integration_tests::*;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::counter::v1::*;
+use tokio::sync::Barrier;
 use tonic::transport::Channel;
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -22,17 +26,23 @@ fn post(id: i64) -> EntityRef {
     EntityRef { entity_type: "post".into(), entity_id: id }
 }
 
-/// Likes (`want`) or unlikes each actor; every call must change the fact.
+/// Likes (`want`) or unlikes each actor, 16 calls at a time (the end state does not depend on
+/// their order); every call must change the fact.
 async fn toggle_all(c: &mut CounterServiceClient<Channel>, entity: i64, actors: &[i64], want: bool) -> anyhow::Result<()> {
-    for &actor_id in actors {
-        let changed = if want {
-            c.like(LikeRequest { actor_id, entity: Some(post(entity)), owner_id: OWNER }).await?.into_inner().changed
-        } else {
-            c.unlike(UnlikeRequest { actor_id, entity: Some(post(entity)), owner_id: OWNER }).await?.into_inner().changed
-        };
-        anyhow::ensure!(changed, "{} of {actor_id} changed nothing", if want { "like" } else { "unlike" });
-    }
-    Ok(())
+    let calls = actors.iter().map(|&actor_id| {
+        let mut c = c.clone();
+        async move {
+            let changed = if want {
+                c.like(LikeRequest { actor_id, entity: Some(post(entity)), owner_id: OWNER }).await?.into_inner().changed
+            } else {
+                c.unlike(UnlikeRequest { actor_id, entity: Some(post(entity)), owner_id: OWNER }).await?.into_inner().changed
+            };
+            anyhow::ensure!(changed, "{} of {actor_id} changed nothing", if want { "like" } else { "unlike" });
+            anyhow::Ok(())
+        }
+    });
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(calls).buffer_unordered(16).collect().await;
+    results.into_iter().collect()
 }
 
 /// The served like count, the rebuilt one, the facts and a sample of action states all equal
@@ -149,22 +159,27 @@ async fn concurrent_togglers_crossing_the_thresholds_both_ways_agree_with_the_fa
     let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let keys = socialgraph_cache::keys::Keys::new(m.prefix.clone()).entity("post", 2);
     const TASKS: u64 = 8;
+    const WAVES: usize = 4;
+    let barrier = Arc::new(Barrier::new(TASKS as usize));
+    let seen = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for t in 0..TASKS {
-        let c = m.counter.counter().await?;
+        let (c, barrier, seen, keys, redis_url) =
+            (m.counter.counter().await?, Arc::clone(&barrier), Arc::clone(&seen), keys.clone(), m.redis_url.clone());
         tasks.push(tokio::spawn(async move {
             // Each task owns its actors (ids of chunks 0 and 1, and big ids), so its own record
-            // of answers is exact; waves of likes and unlikes cross the thresholds both ways
-            // (array to bitmaps and back, big array to the spill set and back).
+            // of answers is exact. Waves up like every own actor, waves down unlike nine in ten,
+            // in random order and all tasks at once: together they cross the thresholds both
+            // ways (2,400 small ids turn chunks into bitmaps, 960 big ids spill; 10 % return).
             let mut rng = StdRng::seed_from_u64(t);
             let mut own: Vec<i64> = (0..300).map(|i| 1 + (i * TASKS + t) as i64 * 20).collect();
             own.extend((0..120).map(|i| (1i64 << 50) + (i * TASKS + t) as i64 * 7_919));
             let mut liked = BTreeSet::new();
-            for wave in 0..6 {
-                let like_bias = if wave % 2 == 0 { 0.85 } else { 0.1 };
-                for _ in 0..400 {
-                    let actor_id = own[rng.random_range(0..own.len())];
-                    let want = rng.random_bool(like_bias);
+            for wave in 0..WAVES {
+                let want = wave % 2 == 0;
+                own.shuffle(&mut rng);
+                let n = if want { own.len() } else { own.len() * 9 / 10 };
+                for &actor_id in &own[..n] {
                     let mut c = c.clone();
                     let changed = if want {
                         c.like(LikeRequest { actor_id, entity: Some(post(2)), owner_id: OWNER }).await?.into_inner().changed
@@ -178,6 +193,13 @@ async fn concurrent_togglers_crossing_the_thresholds_both_ways_agree_with_the_fa
                         liked.remove(&actor_id);
                     }
                 }
+                // Between waves one task looks at the representation while the others wait.
+                barrier.wait().await;
+                if t == 0 {
+                    let like = facts::layout(&mut redis_conn(&redis_url).await?, &keys).await?.metrics[0].clone();
+                    seen.lock().expect("lock").push((!like.chunks.is_empty(), like.spilled));
+                }
+                barrier.wait().await;
             }
             anyhow::Ok(liked)
         }));
@@ -185,6 +207,14 @@ async fn concurrent_togglers_crossing_the_thresholds_both_ways_agree_with_the_fa
     let mut model = BTreeSet::new();
     for t in tasks {
         model.extend(t.await??);
+    }
+    let seen = seen.lock().expect("lock").clone();
+    for (wave, (chunks, spilled)) in seen.iter().enumerate() {
+        if wave % 2 == 0 {
+            assert!(*chunks && *spilled, "after wave {wave} up: bitmap chunks and a spill set ({seen:?})");
+        } else {
+            assert!(!*spilled, "after wave {wave} down: back from the spill set ({seen:?})");
+        }
     }
     let mut c = m.counter.counter().await?;
     let mut conn = redis_conn(&m.redis_url).await?;
