@@ -253,7 +253,7 @@ impl Store {
     }
 
     /// As [`Self::read`], the whole stored values (counters, guard version, rest period).
-    pub async fn read_stored(&self, users: &[i64]) -> Result<Vec<Option<Stored>>, CacheError> {
+    async fn read_stored(&self, users: &[i64]) -> Result<Vec<Option<Stored>>, CacheError> {
         let mut by_bucket: std::collections::BTreeMap<String, Vec<usize>> = std::collections::BTreeMap::new();
         for (i, u) in users.iter().enumerate() {
             by_bucket.entry(self.keys.user_counters(*u)).or_default().push(i);

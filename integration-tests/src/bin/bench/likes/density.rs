@@ -12,7 +12,7 @@ use socialgraph_cache::entities::{EntityScripts, actor_args};
 use socialgraph_cache::keys::Keys;
 
 use super::movielens::entity_keys;
-use crate::backends::{bench_prefix, delete_prefix, memory_usage};
+use crate::backends::{bench_prefix, delete_prefix, memory_usage, used_memory};
 use crate::report::{print_table, progress, row, summarize};
 
 /// One shape: which actors like which entity.
@@ -59,6 +59,7 @@ pub(crate) async fn run(conn: &mut redis::aio::MultiplexedConnection) -> anyhow:
         let bp = bench_prefix();
         let keys = Keys::new(bp.clone());
         let n_likes: usize = shape.likes.iter().map(|(_, a)| a.len()).sum();
+        let before = used_memory(conn).await?;
         for (entity, actors) in &shape.likes {
             load(conn, &scripts, &keys, *entity, actors).await?;
         }
@@ -68,10 +69,12 @@ pub(crate) async fn run(conn: &mut redis::aio::MultiplexedConnection) -> anyhow:
             pipe.del(keys.entity("post", *e).outbox()).ignore();
         }
         pipe.query_async::<()>(&mut *conn).await?;
+        let svc_delta = used_memory(conn).await? - before;
         let (by_kind, layout) = entity_keys(conn, &keys, "post", &ids).await?;
         let all: Vec<String> = by_kind.into_iter().flatten().collect();
         let svc: u64 = memory_usage(conn, &all).await?.iter().sum();
 
+        let before = used_memory(conn).await?;
         let mut set_keys = Vec::new();
         let mut bm_keys = Vec::new();
         for (e, actors) in &shape.likes {
@@ -92,6 +95,7 @@ pub(crate) async fn run(conn: &mut redis::aio::MultiplexedConnection) -> anyhow:
                 bm_keys.push(bm);
             }
         }
+        let raw_delta = used_memory(conn).await? - before;
         let set: u64 = memory_usage(conn, &set_keys).await?.iter().sum();
         let bm: u64 = memory_usage(conn, &bm_keys).await?.iter().sum();
         delete_prefix(conn, &bp).await?;
@@ -104,10 +108,12 @@ pub(crate) async fn run(conn: &mut redis::aio::MultiplexedConnection) -> anyhow:
         let target = if shape.bitmap { "<= 0.25x of SET" } else { "<= 1x of SET" };
         summarize(format!("Like facts, {} (vs SET)", shape.name), per(svc), per(set), "B", target);
         notes.push(format!(
-            "{}: {} entities, {n_likes} likes; service {svc} B, SET {set} B{}; better plain layout {better} B; {layout}",
+            "{}: {} entities, {n_likes} likes; service {svc} B, SET {set} B{}; better plain layout {better} B; used_memory \
+             delta: service {svc_delta} B, plain SET{} {raw_delta} B; {layout}",
             shape.name,
             ids.len(),
-            if shape.bitmap { format!(", bitmap {bm} B") } else { String::new() }
+            if shape.bitmap { format!(", bitmap {bm} B") } else { String::new() },
+            if shape.bitmap { " and bitmap" } else { "" }
         ));
     }
     notes.push(
