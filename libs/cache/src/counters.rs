@@ -136,7 +136,9 @@ impl Stored {
 
 /// Shared Lua: clamp and the value's varints (Lua numbers are doubles: exact below 2^53, which
 /// every counter, version and time stays under).
-const LUA_SDS: &str = r"
+const LUA_SDS: &str = concat!(
+    lua_varint!(),
+    r"
 local function clamp(x)
   if x < 0 then return 0 end
   if x > 4294967295 then return 4294967295 end
@@ -162,20 +164,12 @@ local function rd(s)
   return out
 end
 local function wr(v)
-  local t = {}
-  for k = 1, 7 do
-    local x, parts = v[k], {}
-    repeat
-      local b = x % 128
-      x = (x - b) / 128
-      if x > 0 then b = b + 128 end
-      parts[#parts + 1] = string.char(b)
-    until x == 0
-    t[k] = table.concat(parts)
-  end
-  return table.concat(t)
+  local out = {}
+  for k = 1, 7 do venc(v[k], out) end
+  return table.concat(out)
 end
-";
+"
+);
 
 /// Sums of an owner's likes and favourites received: the `recv` hash holds, per entity, the
 /// entity's `seq:likes:favs` as last copied.

@@ -54,21 +54,15 @@ pub const FAV_INDEX: usize = 2;
 /// Shared Lua of the entity scripts: `decode` / `encode` of the state, membership (`has`),
 /// `flip` with its conversions and `recount`. Public so that tools and tests can compose a
 /// script that reads or rewrites a state in place, atomically.
-pub const LUA_STATE: &str = r"
+pub const LUA_STATE: &str = concat!(
+    lua_varint!(),
+    r"
 local CHUNK, SMALL_MAX, BIG_MAX, UNSPILL_AT = 32768, 1024, 768, 512
 local BM_OVERHEAD, CONVERT_MIN, RESCAN_MAX = 96, 96, 131072
 local function vlen(x)
   local n = 1
   while x >= 128 do x = math.floor(x / 128); n = n + 1 end
   return n
-end
-local function venc(x, out)
-  repeat
-    local b = x % 128
-    x = (x - b) / 128
-    if x > 0 then b = b + 128 end
-    out[#out + 1] = string.char(b)
-  until x == 0
 end
 local function reader(s)
   local i = 2
@@ -333,7 +327,8 @@ local function recount(m, prefix, spill)
   m.chunks, m.count = kept, n
 end
 local function malformed() return redis.error_reply('ERR socialgraph: malformed entity state') end
-";
+",
+);
 
 /// KEYS: state, outbox, chunk prefix and spill set of the metric. ARGV: metric index (1 like,
 /// 2 fav), the actor as a decimal id when below 2^32 else '', the actor as 8 big-endian bytes,

@@ -1,6 +1,23 @@
 //! Redis for socialgraph: the bb8 pool, the key schema ([`keys`], the one place keys are
 //! spelled) and the Lua scripts.
 
+/// Lua: `venc(x, out)` appends the unsigned LEB128 varint of `x` (a non-negative integer below
+/// 2^53) to the table `out`, one string a byte. A macro so that scripts can `concat!` it.
+macro_rules! lua_varint {
+    () => {
+        r"
+local function venc(x, out)
+  repeat
+    local b = x % 128
+    x = (x - b) / 128
+    if x > 0 then b = b + 128 end
+    out[#out + 1] = string.char(b)
+  until x == 0
+end
+"
+    };
+}
+
 pub mod counters;
 pub mod entities;
 pub mod entity_layout;
