@@ -88,6 +88,16 @@ local function reader(s)
   return r
 end
 local function empty_metric() return {count = 0, spill = false, mark = 0, chunks = {}, small = {}, big = {}} end
+-- seq, like count, fav count from the front of a state (0s for a missing one), or nil when
+-- it is malformed there: what count reads need, without decoding the actors
+local function header(s)
+  if not s then return 0, 0, 0 end
+  if string.byte(s, 1) ~= 1 then return nil end
+  local r = reader(s)
+  local ok, q, l, f = pcall(function() return r.v(), r.v(), r.v() end)
+  if ok then return q, l, f end
+  return nil
+end
 -- nil for a malformed state; an empty state for a missing one
 local function decode(s)
   if not s then return {seq = 0, m = {empty_metric(), empty_metric()}} end
@@ -200,11 +210,11 @@ local function maybe_bitmap(m, c, prefix)
   if bytes > BM_OVERHEAD + math.floor((m.small[hi - 1] % CHUNK) / 8) + 1 then to_bitmap(m, c, prefix) end
 end
 -- after a clear in bitmap chunk j: back to the small array when a quarter of the bitmap's cost
-local function maybe_unbitmap(m, j, prefix, fits)
+local function maybe_unbitmap(m, j, prefix)
   local c, pop = m.chunks[j][1], m.chunks[j][2]
   local key = prefix .. c
   if pop == 0 then redis.call('DEL', key); table.remove(m.chunks, j); return end
-  if not fits(pop) then return end
+  if m.spill or #m.small + pop > SMALL_MAX then return end
   local bits = redis.call('GET', key) or ''
   if pop * 4 * 2 >= BM_OVERHEAD + #bits then return end
   local at = lower(m.small, c * CHUNK)
@@ -284,7 +294,6 @@ local function unspill(m, spill)
   end
   redis.call('DEL', spill)
   m.spill, m.mark = false, 0
-  if #m.small > SMALL_MAX or #m.big > BIG_MAX then spill_all(m, spill) end
 end
 -- sets (want) or clears the actor in metric m, which it is not yet / is; keys as `has`
 local function flip(m, a, b, want, prefix, spill)
@@ -294,7 +303,7 @@ local function flip(m, a, b, want, prefix, spill)
     redis.call('SETBIT', prefix .. m.chunks[j][1], a % CHUNK, want and 1 or 0)
     m.chunks[j][2] = m.chunks[j][2] + (want and 1 or -1)
     if not want then
-      maybe_unbitmap(m, j, prefix, function(pop) return not m.spill and #m.small + pop <= SMALL_MAX end)
+      maybe_unbitmap(m, j, prefix)
     end
     return
   end
@@ -355,21 +364,26 @@ return {1, st.seq}
 /// KEYS: state, like chunk prefix, like spill set, fav chunk prefix, fav spill set. ARGV: '1'
 /// to recount from the facts first (admin rebuild). Returns {like, fav}.
 const COUNTS: &str = r"
-local st = decode(redis.call('GET', KEYS[1]))
-if not st then return malformed() end
-if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
-  recount(st.m[1], KEYS[2], KEYS[3])
-  recount(st.m[2], KEYS[4], KEYS[5])
-  redis.call('SET', KEYS[1], encode(st))
+local s = redis.call('GET', KEYS[1])
+if ARGV[1] ~= '1' or not s then
+  local _, l, f = header(s)
+  if not l then return malformed() end
+  return {l, f}
 end
+local st = decode(s)
+if not st then return malformed() end
+recount(st.m[1], KEYS[2], KEYS[3])
+recount(st.m[2], KEYS[4], KEYS[5])
+redis.call('SET', KEYS[1], encode(st))
 return {st.m[1].count, st.m[2].count}
 ";
 
-/// KEYS: state. Returns {seq, like, fav}: the counts with the toggle sequence they reflect.
+/// KEYS: state. Returns {seq, like, fav}: the counts with the toggle sequence they reflect (read
+/// from the state's front; the actors are not decoded).
 const STATE: &str = r"
-local st = decode(redis.call('GET', KEYS[1]))
-if not st then return malformed() end
-return {st.seq, st.m[1].count, st.m[2].count}
+local q, l, f = header(redis.call('GET', KEYS[1]))
+if not q then return malformed() end
+return {q, l, f}
 ";
 
 /// KEYS: as [`COUNTS`]. ARGV: the actor as in [`TOGGLE`] (decimal or '', 8 bytes). Returns

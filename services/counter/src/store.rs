@@ -150,19 +150,24 @@ impl Store {
     /// Appends to `pipe` one `CHECKS_DUE` script per bucket of `users` ((user, rest seconds));
     /// each answers the users of its bucket whose period it started.
     fn push_checks_due(&self, pipe: &mut redis::Pipeline, users: &[(i64, u64)]) {
-        let mut by_bucket: std::collections::BTreeMap<String, Vec<(i64, u64)>> = std::collections::BTreeMap::new();
-        for &(u, rest) in users {
-            by_bucket.entry(self.keys.user_counters(u)).or_default().push((u, rest));
-        }
         let now = socialgraph_cache::counters::rest_clock_now();
-        for (bucket, users) in by_bucket {
+        for (bucket, idx) in self.by_bucket(users.iter().map(|(u, _)| *u)) {
             let mut inv = self.scripts.checks_due.prepare_invoke();
             inv.key(bucket).arg(now);
-            for (u, rest) in users {
-                inv.arg(u).arg(rest);
+            for i in idx {
+                inv.arg(users[i].0).arg(users[i].1);
             }
             pipe.invoke_script(&inv);
         }
+    }
+
+    /// The positions of `users` grouped by the bucket key of each (one slot a group).
+    fn by_bucket(&self, users: impl Iterator<Item = i64>) -> std::collections::BTreeMap<String, Vec<usize>> {
+        let mut out: std::collections::BTreeMap<String, Vec<usize>> = std::collections::BTreeMap::new();
+        for (i, u) in users.enumerate() {
+            out.entry(self.keys.user_counters(u)).or_default().push(i);
+        }
+        out
     }
 
     /// The keys (bucket, posts set, recv hash) and first argument (the user) of the scripts
@@ -254,10 +259,7 @@ impl Store {
 
     /// As [`Self::read`], the whole stored values (counters, guard version, rest period).
     async fn read_stored(&self, users: &[i64]) -> Result<Vec<Option<Stored>>, CacheError> {
-        let mut by_bucket: std::collections::BTreeMap<String, Vec<usize>> = std::collections::BTreeMap::new();
-        for (i, u) in users.iter().enumerate() {
-            by_bucket.entry(self.keys.user_counters(*u)).or_default().push(i);
-        }
+        let by_bucket = self.by_bucket(users.iter().copied());
         let mut pipe = redis::pipe();
         for (bucket, idx) in &by_bucket {
             pipe.cmd("HMGET").arg(bucket).arg(idx.iter().map(|i| users[*i]).collect::<Vec<_>>());
