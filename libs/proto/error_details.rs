@@ -74,3 +74,25 @@ pub fn file() -> FileDescriptorProto {
         ..Default::default()
     }
 }
+
+/// `google/rpc/status.proto`: the Status a gRPC error carries in `grpc-status-details-bin`
+/// (code, message, and the details as `google.protobuf.Any`), with the public field numbers.
+pub fn status_file() -> FileDescriptorProto {
+    let status = message(
+        "Status",
+        vec![
+            field("code", 1, Type::Int32, Label::Optional, None),
+            string("message", 2),
+            field("details", 3, Type::Message, Label::Repeated, Some(".google.protobuf.Any")),
+        ],
+        vec![],
+    );
+    FileDescriptorProto {
+        name: Some("google/rpc/status.proto".into()),
+        package: Some("google.rpc".into()),
+        dependency: vec!["google/protobuf/any.proto".into()],
+        message_type: vec![status],
+        syntax: Some("proto3".into()),
+        ..Default::default()
+    }
+}

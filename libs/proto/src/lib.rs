@@ -5,9 +5,10 @@
 /// Encoded `FileDescriptorSet` of every socialgraph proto file, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/socialgraph_descriptor.bin"));
 
-/// Encoded `FileDescriptorSet` of the google.rpc error details the services send (BadRequest,
-/// ErrorInfo, RetryInfo, and google.protobuf.Duration they use), for server reflection, so
-/// reflection clients decode a status's details.
+/// Encoded `FileDescriptorSet` of the google.rpc Status and error details the services send
+/// (Status, BadRequest, ErrorInfo, RetryInfo, and the google.protobuf.Duration and Any they use),
+/// for server reflection, so reflection clients decode a status's details, and for the gateway,
+/// which prints them as JSON.
 pub const ERROR_DETAILS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/error_details_descriptor.bin"));
 
 /// Event messages carried by Kafka records.
