@@ -8,6 +8,7 @@
 #   make bench   the benchmarks (release build; prints numbers)
 #   make bench-falkordb  install and start FalkorDB, then the cache benchmark beside it
 #   make lint    rustfmt check and clippy
+#   make openapi regenerate services/gateway/openapi.json from the proto's google.api.http routes
 
 SHELL := /bin/bash
 export PATH := $(PATH):$(HOME)/.cargo/bin
@@ -17,7 +18,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench bench-falkordb lint
+.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench bench-falkordb lint openapi
 
 deps:
 	bash scripts/deps.sh
@@ -72,3 +73,8 @@ bench-falkordb: deps
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The gateway's OpenAPI document is generated from the proto at build time; the checked-in copy
+# must match it (a gateway test fails until this is re-run and committed).
+openapi:
+	$(CARGO) run -q -p socialgraph-gateway --bin gateway -- openapi > services/gateway/openapi.json

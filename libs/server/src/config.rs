@@ -42,6 +42,10 @@ const POSITIVE_KEYS: &[&str] = &[
     "relationship_max",
     "deep_pages_per_sec",
     "hot_staleness_ms",
+    "max_body_bytes",
+    "max_header_bytes",
+    "channels",
+    "connect_timeout_ms",
 ];
 
 /// Refuses 0 for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`: where it is).

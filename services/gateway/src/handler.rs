@@ -1,0 +1,236 @@
+//! One HTTP request end to end: limits, route match, request message, the gRPC call with the
+//! caller's credentials, trace context and deadline, and the response or error as JSON.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use socialgraph_httpapi::Route;
+use tonic::Code;
+use tracing::Instrument;
+
+use crate::errors::{from_status, gateway_error};
+use crate::upstream::Upstreams;
+
+/// Request-level metrics: `sg_gateway_requests_total{route,code}` (route = `Service.Method`
+/// or `unmatched`, code = HTTP status) and `sg_gateway_request_duration_seconds{route}`.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Requests by route and HTTP status.
+    pub requests: prometheus::IntCounterVec,
+    /// Time from the request's arrival to its response, by route.
+    pub duration: prometheus::HistogramVec,
+}
+
+impl Metrics {
+    /// Registers both metrics in `registry`.
+    ///
+    /// # Errors
+    /// A metric of the same name is already registered.
+    pub fn register(registry: &prometheus::Registry) -> prometheus::Result<Self> {
+        let requests = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("sg_gateway_requests_total", "HTTP requests by route (Service.Method, or unmatched) and HTTP status"),
+            &["route", "code"],
+        )?;
+        let buckets = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+        let duration = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new("sg_gateway_request_duration_seconds", "Time to answer an HTTP request, by route").buckets(buckets),
+            &["route"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Self { requests, duration })
+    }
+}
+
+/// What every request shares.
+pub struct Gateway {
+    /// Routes, most literal template first (so `/following:count` is tried before a variable).
+    pub routes: Vec<Route>,
+    /// Channels to the services.
+    pub upstreams: Upstreams,
+    /// google.rpc.Status, for error bodies.
+    pub status_desc: MessageDescriptor,
+    /// Deadline of one request.
+    pub timeout: Duration,
+    /// Largest body read.
+    pub max_body_bytes: usize,
+    /// Largest sum of header name and value lengths.
+    pub max_header_bytes: usize,
+    /// Requests in flight (try-acquired; none free → 503).
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// Request metrics.
+    pub metrics: Metrics,
+}
+
+impl Gateway {
+    /// The gateway's shared state over `pool`'s routes.
+    ///
+    /// # Errors
+    /// The descriptors hold no google.rpc.Status, or the route table is invalid.
+    pub fn new(pool: &DescriptorPool, upstreams: Upstreams, settings: &crate::config::HttpSettings, metrics: Metrics) -> anyhow::Result<Self> {
+        let mut routes = socialgraph_httpapi::routes(pool)?;
+        routes.sort_by_key(|r| std::cmp::Reverse(r.template.literal_count()));
+        for r in &routes {
+            anyhow::ensure!(upstreams.for_service(r.rpc.parent_service().full_name()).is_some(), "no upstream serves {}", r.label());
+        }
+        let status_desc = pool.get_message_by_name("google.rpc.Status").ok_or_else(|| anyhow::anyhow!("descriptors lack google.rpc.Status"))?;
+        Ok(Self {
+            routes,
+            upstreams,
+            status_desc,
+            timeout: Duration::from_millis(settings.request_timeout_ms),
+            max_body_bytes: settings.max_body_bytes,
+            max_header_bytes: settings.max_header_bytes,
+            slots: Arc::new(tokio::sync::Semaphore::new(settings.concurrency_limit)),
+            metrics,
+        })
+    }
+}
+
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum()
+}
+
+/// The axum fallback: every path that is not `/openapi.json`.
+pub async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    let started = Instant::now();
+    let (label, response) = dispatch(&gw, req).await;
+    gw.metrics.requests.with_label_values(&[label.as_str(), response.status().as_str()]).inc();
+    gw.metrics.duration.with_label_values(&[label.as_str()]).observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn dispatch(gw: &Gateway, req: Request) -> (String, Response) {
+    let unmatched = "unmatched".to_owned();
+    if header_bytes(req.headers()) > gw.max_header_bytes {
+        let msg = format!("request headers are larger than {} bytes", gw.max_header_bytes);
+        return (unmatched, gateway_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Code::InvalidArgument, &msg, &[]));
+    }
+    let Ok(_permit) = gw.slots.try_acquire() else {
+        return (unmatched, gateway_error(StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable, "the gateway is at its concurrency limit", &[]));
+    };
+    let path = req.uri().path().to_owned();
+    let matching: Vec<(&Route, socialgraph_httpapi::Bindings)> = gw.routes.iter().filter_map(|r| r.template.matches(&path).map(|b| (r, b))).collect();
+    if matching.is_empty() {
+        return (unmatched, gateway_error(StatusCode::NOT_FOUND, Code::NotFound, &format!("no route for {path}"), &[]));
+    }
+    let Some((route, bindings)) = matching.iter().find(|(r, _)| r.method == req.method().as_str()) else {
+        let allow: Vec<&str> = matching.iter().map(|(r, _)| r.method.as_str()).collect();
+        let mut response = gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{} is not served for {path}", req.method()), &[]);
+        if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
+            response.headers_mut().insert(header::ALLOW, v);
+        }
+        return (unmatched, response);
+    };
+    let label = route.label();
+    let span = tracing::info_span!(
+        "http",
+        otel.name = format!("{} {}", route.method, route.template.text),
+        otel.kind = "server",
+        http.request.method = route.method.as_str(),
+        http.route = route.template.text.as_str(),
+        rpc.service = route.rpc.parent_service().full_name(),
+        rpc.method = route.rpc.name(),
+    );
+    socialgraph_telemetry::set_parent_from_metadata(&span, &tonic::metadata::MetadataMap::from_headers(req.headers().clone()));
+    let response = match tokio::time::timeout(gw.timeout, call(gw, route, bindings, req, &span).instrument(span.clone())).await {
+        Ok(response) => response,
+        Err(_) => gateway_error(StatusCode::GATEWAY_TIMEOUT, Code::DeadlineExceeded, "the service did not answer within the request timeout", &[]),
+    };
+    (label, response)
+}
+
+/// The W3C headers of `span`, to send upstream and to echo as `traceresponse`.
+fn trace_headers(span: &tracing::Span) -> std::collections::BTreeMap<String, String> {
+    let mut headers = std::collections::BTreeMap::new();
+    socialgraph_telemetry::inject_headers(span, &mut headers);
+    headers
+}
+
+/// The gRPC request for `message`: the caller's `authorization`, the gateway span's trace
+/// context and the request deadline.
+pub fn grpc_request(message: &DynamicMessage, headers: &HeaderMap, span: &tracing::Span, timeout: Duration) -> tonic::Request<Bytes> {
+    let mut request = tonic::Request::new(Bytes::from(message.encode_to_vec()));
+    request.set_timeout(timeout);
+    let metadata = request.metadata_mut();
+    if let Some(auth) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+        metadata.insert("authorization", auth);
+    }
+    for (k, v) in trace_headers(span) {
+        if let (Ok(k), Ok(v)) = (k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>(), v.parse()) {
+            metadata.insert(k, v);
+        }
+    }
+    request
+}
+
+async fn call(gw: &Gateway, route: &Route, bindings: &socialgraph_httpapi::Bindings, req: Request, span: &tracing::Span) -> Response {
+    let (parts, body) = req.into_parts();
+    let body: Bytes = match axum::body::to_bytes(body, gw.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => {
+            let msg = format!("the request body is larger than {} bytes", gw.max_body_bytes);
+            return gateway_error(StatusCode::PAYLOAD_TOO_LARGE, Code::InvalidArgument, &msg, &[]);
+        }
+    };
+    let message = match crate::convert::request_message(route, bindings, parts.uri.query(), &body) {
+        Ok(m) => m,
+        Err(e) => {
+            let violation = [(e.field.clone(), e.description.clone())];
+            return gateway_error(StatusCode::BAD_REQUEST, Code::InvalidArgument, &format!("bad request: {}", e.description), &violation);
+        }
+    };
+    let Some(pool) = gw.upstreams.for_service(route.rpc.parent_service().full_name()) else {
+        return gateway_error(StatusCode::NOT_IMPLEMENTED, Code::Unimplemented, "no service behind this route", &[]);
+    };
+    let traceresponse = trace_headers(span).remove("traceparent");
+    let mut response = match pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, span, gw.timeout)).await {
+        Ok(bytes) => match DynamicMessage::decode(route.rpc.output(), bytes) {
+            Ok(out) => match serde_json::to_vec(&out) {
+                Ok(json) => (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(json)).into_response(),
+                Err(e) => gateway_error(StatusCode::BAD_GATEWAY, Code::Internal, &format!("the response could not be printed: {e}"), &[]),
+            },
+            Err(e) => gateway_error(StatusCode::BAD_GATEWAY, Code::Internal, &format!("the service's response did not decode: {e}"), &[]),
+        },
+        Err(status) => from_status(&status, &gw.status_desc),
+    };
+    if let Some(v) = traceresponse.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response.headers_mut().insert("traceresponse", v);
+    }
+    if parts.method == Method::HEAD {
+        *response.body_mut() = Body::empty();
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstream_request_carries_the_callers_trace_and_credentials() {
+        socialgraph_telemetry::init_for_tests();
+        let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", HeaderValue::from_str(&format!("00-{trace_id}-00f067aa0ba902b7-01")).expect("header"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret"));
+        let span = tracing::info_span!("http");
+        socialgraph_telemetry::set_parent_from_metadata(&span, &tonic::metadata::MetadataMap::from_headers(headers.clone()));
+        let pool = socialgraph_httpapi::pool().expect("descriptors");
+        let desc = pool.get_message_by_name("socialgraph.relation.v1.FollowRequest").expect("FollowRequest");
+        let request = grpc_request(&DynamicMessage::new(desc), &headers, &span, Duration::from_secs(3));
+        let md = request.metadata();
+        assert_eq!(md.get("authorization").and_then(|v| v.to_str().ok()), Some("Bearer s3cret"));
+        let traceparent = md.get("traceparent").and_then(|v| v.to_str().ok()).expect("traceparent sent upstream");
+        assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent}");
+        assert!(!traceparent.contains("00f067aa0ba902b7"), "the gateway's own span is the parent upstream");
+        assert_eq!(md.get("grpc-timeout").and_then(|v| v.to_str().ok()), Some("3000000u"));
+    }
+}

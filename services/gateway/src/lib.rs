@@ -1,0 +1,113 @@
+//! gateway: HTTP/JSON routes for every public RPC of relation-svc, projection-svc and
+//! counter-svc, read at start-up from the `google.api.http` annotations of the proto (no route
+//! is written by hand), with the OpenAPI document generated from the same annotations at build
+//! time and served at `/openapi.json`. JSON follows the proto3 JSON mapping, errors are
+//! google.rpc.Status JSON under the standard HTTP mapping of gRPC codes.
+
+pub mod config;
+pub mod convert;
+pub mod errors;
+pub mod handler;
+pub mod upstream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use http::{HeaderName, HeaderValue, Method, header};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+pub use config::Config;
+
+/// The OpenAPI 3.0 document of every route, generated from the proto when the gateway is built
+/// (`build.rs`); `services/gateway/openapi.json` is the checked-in copy.
+pub const OPENAPI_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.json"));
+
+/// The CORS layer for `origins` (`*` = any), or none when the list is empty.
+fn cors(origins: &[String], max_age_secs: u64) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list: Result<Vec<HeaderValue>, _> = origins.iter().map(|o| HeaderValue::from_str(o)).collect();
+        AllowOrigin::list(list.map_err(|e| anyhow::anyhow!("http.cors_allowed_origins: {e}"))?)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE, Method::PATCH])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, HeaderName::from_static("traceparent"), HeaderName::from_static("tracestate")])
+            .expose_headers([header::RETRY_AFTER, HeaderName::from_static("traceresponse")])
+            .max_age(Duration::from_secs(max_age_secs)),
+    ))
+}
+
+/// The HTTP application: `/openapi.json` and every route, behind CORS when configured.
+///
+/// # Errors
+/// The route table or a setting is invalid.
+pub fn app(config: &Config, registry: &prometheus::Registry) -> anyhow::Result<Router> {
+    let pool = socialgraph_httpapi::pool()?;
+    let upstreams = upstream::Upstreams::new(&config.upstream)?;
+    let metrics = handler::Metrics::register(registry)?;
+    let gateway = Arc::new(handler::Gateway::new(&pool, upstreams, &config.http, metrics)?);
+    let mut router = Router::new()
+        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }))
+        .fallback(handler::handle)
+        .with_state(gateway);
+    if let Some(cors) = cors(&config.http.cors_allowed_origins, config.http.cors_max_age_secs)? {
+        router = router.layer(cors);
+    }
+    Ok(router)
+}
+
+/// Serves the gateway on `http` and its admin endpoints on `admin` until `shutdown` fires, then
+/// stops accepting, clears readiness and lets in-flight requests finish for at most
+/// `http.drain_timeout_ms`.
+///
+/// # Errors
+/// A bad setting or route table, or a listener failure.
+pub async fn run(config: Config, http: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let registry = prometheus::Registry::new();
+    let app = app(&config, &registry)?;
+    let readiness = socialgraph_server::Readiness::default();
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), shutdown.clone()));
+    readiness.set(true);
+    let listener = axum::serve::ListenerExt::tap_io(http, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let signal = {
+        let (shutdown, readiness) = (shutdown.clone(), readiness.clone());
+        async move {
+            shutdown.cancelled().await;
+            readiness.set(false);
+        }
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let drain = Duration::from_millis(config.http.drain_timeout_ms);
+    tokio::select! {
+        r = server => r?,
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(drain).await } => {
+            tracing::warn!(drain_ms = config.http.drain_timeout_ms, "drain timed out; closing remaining requests");
+        }
+    }
+    admin_task.await??;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_checked_in_openapi_document_matches_the_proto() {
+        let checked_in = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json")).unwrap_or_default();
+        assert!(
+            checked_in == super::OPENAPI_JSON,
+            "services/gateway/openapi.json differs from the document generated from proto/: run `make openapi` and commit it"
+        );
+    }
+}
