@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 
 pub mod cache;
 pub mod facts;
+pub mod gateway;
 mod mesh;
 pub mod model;
 pub use mesh::*;

@@ -1,5 +1,5 @@
 //! Shared tonic server assembly for every socialgraph service: tower layers (per-request
-//! timeout, concurrency limit, load shedding), `grpc.health.v1`, server reflection, the admin
+//! timeout, concurrency limit, load shedding), gRPC-Web, `grpc.health.v1`, server reflection, the admin
 //! HTTP port (`/metrics` in Prometheus text, `/ready`, `/live`), layered configuration, and
 //! graceful shutdown on SIGTERM.
 
@@ -184,7 +184,12 @@ pub async fn serve_grpc(
             drain_started.cancel();
         }
     };
+    // gRPC-Web (HTTP/1.1 and HTTP/2, `application/grpc-web[+proto]` and `-text`) beside gRPC,
+    // so a browser client can call the services directly; outermost, so that every answer,
+    // the limit and timeout layers' too, is translated back for a gRPC-Web caller.
     let server = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .layer(tonic_web::GrpcWebLayer::new())
         .trace_fn(rpc_span)
         .load_shed(true)
         .concurrency_limit_per_connection(settings.concurrency_limit_per_connection)

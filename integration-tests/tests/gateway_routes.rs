@@ -1,0 +1,225 @@
+//! The HTTP/JSON gateway in front of the real mesh (PostgreSQL, Redis, the broker): every
+//! annotated route called over HTTP, with paging, proto3 JSON, errors as google.rpc.Status
+//! under the standard HTTP mapping, limits, CORS, trace context and the OpenAPI document.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use socialgraph_integration_tests::Mesh;
+use socialgraph_integration_tests::gateway::{GatewaySvc, spawn_gateway};
+
+const ORIGIN: &str = "http://app.example";
+
+async fn ok(gw: &GatewaySvc, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    let a = gw.call(method.clone(), path, body).await?;
+    assert_eq!(a.status, 200, "{method} {path}: {}", a.json);
+    assert_eq!(a.headers["content-type"], "application/json");
+    Ok(a.json)
+}
+
+fn ids(list: &Value, field: &str) -> Vec<String> {
+    list.as_array().map(|l| l.iter().filter_map(|e| e[field].as_str().map(str::to_owned)).collect()).unwrap_or_default()
+}
+
+/// Follow, paging, relationships, joins and counts of the relation side; returns the
+/// consistency token of the last follow.
+async fn relation_routes(gw: &GatewaySvc) -> anyhow::Result<String> {
+    let first = ok(gw, Method::POST, "/v1/users/11/following/12", None).await?;
+    assert_eq!(first["changed"], true);
+    assert_eq!(first["version"], "1", "int64 is a string in proto3 JSON");
+    assert!(first["followedAt"].as_str().is_some_and(|t| t.ends_with('Z') && t.contains('T')), "Timestamps are RFC 3339: {first}");
+    let again = ok(gw, Method::POST, "/v1/users/11/following/12", None).await?;
+    assert!(again.get("changed").is_none(), "false is a default value and is omitted, as grpcurl prints it: {again}");
+    for followee in 13..=16 {
+        ok(gw, Method::POST, &format!("/v1/users/11/following/{followee}"), None).await?;
+    }
+    let last = ok(gw, Method::POST, "/v1/users/12/following/13", None).await?;
+    let token = last["consistencyToken"].as_str().unwrap_or_default().to_owned();
+    assert!(!token.is_empty());
+
+    let (mut seen, mut page_token) = (Vec::new(), String::new());
+    loop {
+        let page = ok(gw, Method::GET, &format!("/v1/users/11/following?page_size=2&page_token={page_token}"), None).await?;
+        let got = ids(&page["following"], "userId");
+        assert!(got.len() <= 2);
+        seen.extend(got);
+        page_token = page["nextPageToken"].as_str().unwrap_or_default().to_owned();
+        if page_token.is_empty() {
+            break;
+        }
+        page_token = url_encode(&page_token);
+    }
+    assert_eq!(seen, ["16", "15", "14", "13", "12"], "newest first, no entry skipped or repeated across pages");
+    let bad = gw.call(Method::GET, "/v1/users/11/following?page_token=edited", None).await?;
+    assert_eq!((bad.status, bad.reason().as_str()), (400, "BAD_PAGE_TOKEN"), "{}", bad.json);
+
+    let rel = ok(gw, Method::GET, "/v1/users/11/relationships/12", None).await?;
+    assert_eq!(rel["relationship"]["following"], true);
+    let batch = ok(gw, Method::POST, "/v1/users/11/relationships:batchGet", Some(json!({"otherUserIds": ["12", "99"]}))).await?;
+    assert_eq!(ids(&batch["relationships"], "otherUserId"), ["12", "99"], "{batch}");
+    let common = ok(gw, Method::GET, "/v1/users/11/common_following/12", None).await?;
+    assert!(common.to_string().contains("\"13\""), "{common}");
+    ok(gw, Method::GET, "/v1/users/11/familiar_followers/13", None).await?;
+    let count = ok(gw, Method::GET, "/v1/users/11/following:count", None).await?;
+    assert_eq!(count["count"], "5");
+
+    let selfie = gw.call(Method::POST, "/v1/users/11/following/11", None).await?;
+    assert_eq!((selfie.status, selfie.json["code"].as_i64()), (400, Some(3)), "{}", selfie.json);
+    assert_eq!(selfie.reason(), "SELF_FOLLOW");
+    assert!(selfie.json.to_string().contains("google.rpc.BadRequest"), "details keep their types: {}", selfie.json);
+    Ok(token)
+}
+
+/// The follower side and the counters, read with the consistency token of a follow.
+async fn projection_and_counter_routes(gw: &GatewaySvc, token: &str) -> anyhow::Result<()> {
+    let t = url_encode(token);
+    let followers = ok(gw, Method::GET, &format!("/v1/users/13/followers?consistency_token={t}"), None).await?;
+    assert_eq!(ids(&followers["followers"], "userId"), ["12", "11"], "{followers}");
+    let count = ok(gw, Method::GET, &format!("/v1/users/13/followers:count?consistency_token={t}"), None).await?;
+    assert_eq!(count["count"], "2");
+    let check = ok(gw, Method::POST, "/v1/users/13/followers:batchCheck", Some(json!({"candidateIds": ["11", "14"], "consistencyToken": token}))).await?;
+    assert!(check.to_string().contains("\"11\""), "{check}");
+    ok(gw, Method::GET, &format!("/v1/users/13/edge_counts?consistency_token={t}"), None).await?;
+    ok(gw, Method::POST, "/v1/edge_counts:batchGet", Some(json!({"userIds": ["11", "13"]}))).await?;
+    ok(gw, Method::GET, "/v1/projection/status", None).await?;
+
+    let counters = ok(gw, Method::GET, &format!("/v1/users/13/counters?consistency_token={t}"), None).await?;
+    assert_eq!(counters["counters"]["followers"], "2", "{counters}");
+    let batch = ok(gw, Method::POST, "/v1/counters:batchGet", Some(json!({"userIds": ["11", "13"], "consistencyToken": token}))).await?;
+    assert_eq!(batch["counters"][0]["followings"], "5", "{batch}");
+
+    let like = ok(gw, Method::POST, "/v1/entities/post/77/likes/11?owner_id=13", None).await?;
+    assert_eq!((like["changed"].clone(), like["active"].clone()), (json!(true), json!(true)));
+    ok(gw, Method::POST, "/v1/entities/post/77/favs/11?owner_id=13", None).await?;
+    let counts = ok(gw, Method::GET, "/v1/entities/post/77/counts?metrics=METRIC_LIKE&metrics=METRIC_FAV", None).await?;
+    assert_eq!(counts["counts"]["counts"], json!([{"metric": "METRIC_LIKE", "count": "1"}, {"metric": "METRIC_FAV", "count": "1"}]), "enums by name");
+    let many = ok(gw, Method::POST, "/v1/entities:batchGetCounts", Some(json!({"entities": [{"entityType": "post", "entityId": "77"}]}))).await?;
+    assert_eq!(many["counts"][0]["entity"]["entityId"], "77");
+    let states = ok(gw, Method::POST, "/v1/users/11/action_states:batchGet", Some(json!({"entityType": "post", "entityIds": ["77", "78"]}))).await?;
+    assert!(states.to_string().contains("liked"), "{states}");
+    ok(gw, Method::DELETE, "/v1/entities/post/77/likes/11?owner_id=13", None).await?;
+    ok(gw, Method::DELETE, "/v1/entities/post/77/favs/11?owner_id=13", None).await?;
+    let bad = gw.call(Method::POST, "/v1/entities/Bad-Type!/77/likes/11", None).await?;
+    assert_eq!(bad.status, 400, "{}", bad.json);
+    Ok(())
+}
+
+/// Blocks, mutes, removed followers, unfollows and account lifecycle.
+async fn restriction_and_account_routes(gw: &GatewaySvc) -> anyhow::Result<()> {
+    ok(gw, Method::POST, "/v1/users/20/blocks/21", None).await?;
+    let blocked = gw.call(Method::POST, "/v1/users/21/following/20", None).await?;
+    assert_eq!((blocked.status, blocked.reason().as_str()), (409, "BLOCKED"), "FAILED_PRECONDITION BLOCKED is a conflict: {}", blocked.json);
+    assert!(ok(gw, Method::GET, "/v1/users/20/blocks", None).await?.to_string().contains("\"21\""));
+    ok(gw, Method::DELETE, "/v1/users/20/blocks/21", None).await?;
+    ok(gw, Method::POST, "/v1/users/20/mutes/22", None).await?;
+    assert!(ok(gw, Method::GET, "/v1/users/20/mutes", None).await?.to_string().contains("\"22\""));
+    ok(gw, Method::DELETE, "/v1/users/20/mutes/22", None).await?;
+    assert_eq!(ok(gw, Method::DELETE, "/v1/users/13/followers/12", None).await?["changed"], true);
+    assert_eq!(ok(gw, Method::DELETE, "/v1/users/11/following/16", None).await?["changed"], true);
+
+    assert_eq!(ok(gw, Method::PUT, "/v1/accounts/30/locked", Some(json!({"locked": true}))).await?["changed"], true);
+    assert_eq!(ok(gw, Method::POST, "/v1/users/31/following/30", None).await?["requested"], true);
+    ok(gw, Method::POST, "/v1/users/32/following/30", None).await?;
+    let incoming = ok(gw, Method::GET, "/v1/users/30/follow_requests?direction=REQUEST_DIRECTION_INCOMING", None).await?;
+    assert_eq!(incoming["accounts"].as_array().map(Vec::len), Some(2), "{incoming}");
+    ok(gw, Method::POST, "/v1/users/30/follow_requests:approve", Some(json!({"requesterIds": ["31"]}))).await?;
+    ok(gw, Method::POST, "/v1/users/30/follow_requests:reject", Some(json!({"requesterIds": ["32"]}))).await?;
+    let account = ok(gw, Method::GET, "/v1/accounts/30", None).await?;
+    assert!(account.to_string().contains("ACCOUNT_STATUS_ACTIVE"), "{account}");
+    let status = ok(gw, Method::PUT, "/v1/accounts/33/status", Some(json!({"status": "ACCOUNT_STATUS_DEACTIVATED"}))).await?;
+    assert!(status.to_string().contains("ACCOUNT_STATUS_DEACTIVATED"), "{status}");
+    ok(gw, Method::DELETE, "/v1/accounts/34", None).await?;
+    Ok(())
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_route_answers_over_http_against_the_real_mesh() -> anyhow::Result<()> {
+    let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let gw = spawn_gateway(&mesh, |_| {}).await?;
+    let token = relation_routes(&gw).await?;
+    projection_and_counter_routes(&gw, &token).await?;
+    restriction_and_account_routes(&gw).await?;
+    let all: std::collections::BTreeSet<String> =
+        socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?.iter().map(socialgraph_httpapi::Route::label).collect();
+    let called = gw.called.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    assert_eq!(called, all, "every route is exercised");
+    let (status, metrics) = gw.admin_get("/metrics").await?;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("sg_gateway_requests_total{code=\"200\",route=\"RelationService.Follow\"}"), "{metrics}");
+    assert!(metrics.contains("sg_gateway_request_duration_seconds_bucket"));
+    assert_eq!(gw.admin_get("/live").await?.0, 200);
+    gw.stop().await?;
+    mesh.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn errors_limits_cors_and_traces_follow_the_http_conventions() -> anyhow::Result<()> {
+    let mut mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    // relation-svc again with a follow token bucket of 5 (the tests' default is unlimited).
+    let mut tight = mesh.relation_config();
+    tight.limits.follow_burst = 5;
+    tight.limits.follow_refill_per_day = 1;
+    let old = std::mem::replace(&mut mesh.relation, socialgraph_integration_tests::spawn_relation(tight).await?);
+    old.stop().await?;
+    let gw = spawn_gateway(&mesh, |c| {
+        c.http.cors_allowed_origins = vec![ORIGIN.into()];
+        c.http.max_body_bytes = 4096;
+        c.http.max_header_bytes = 2048;
+    })
+    .await?;
+    let missing = gw.call(Method::GET, "/v1/nowhere", None).await?;
+    assert_eq!((missing.status, missing.json["code"].as_i64()), (404, Some(5)));
+    let wrong = gw.call(Method::PATCH, "/v1/users/1/following/2", None).await?;
+    assert_eq!(wrong.status, 405);
+    assert_eq!(wrong.headers["allow"], "POST, DELETE");
+    let not_json = gw.call_with(Method::POST, "/v1/counters:batchGet", None, &[]).await?;
+    assert_eq!(not_json.status, 400, "an empty body is an empty request, which the service refuses: {}", not_json.json);
+    let garbled = gw.call(Method::POST, "/v1/counters:batchGet", Some(json!("nope"))).await?;
+    assert_eq!(garbled.status, 400);
+    assert!(garbled.json.to_string().contains("fieldViolations"), "{}", garbled.json);
+    let unknown = gw.call(Method::GET, "/v1/users/1/following?colour=red", None).await?;
+    assert_eq!((unknown.status, unknown.json["details"][0]["fieldViolations"][0]["field"].as_str()), (400, Some("colour")));
+    let huge = gw.call(Method::POST, "/v1/counters:batchGet", Some(json!({"userIds": vec!["1"; 2000]}))).await?;
+    assert_eq!(huge.status, 413);
+    let long = "x".repeat(3000);
+    let headers = gw.call_with(Method::GET, "/v1/users/1/following", None, &[("x-long", long.as_str())]).await?;
+    assert_eq!(headers.status, 431);
+
+    // The follow token bucket (burst 5): the 6th follow is RESOURCE_EXHAUSTED → 429.
+    let mut limited = None;
+    for followee in 1000..1010 {
+        let a = gw.call(Method::POST, &format!("/v1/users/500/following/{followee}"), None).await?;
+        if a.status != 200 {
+            limited = Some(a);
+            break;
+        }
+    }
+    let limited = limited.ok_or_else(|| anyhow::anyhow!("no follow was rate limited"))?;
+    assert_eq!((limited.status, limited.reason().as_str()), (429, "RATE_LIMITED"), "{}", limited.json);
+    let retry: u64 = limited.headers["retry-after"].to_str()?.parse()?;
+    assert!(retry >= 1, "Retry-After in whole seconds from RetryInfo");
+    assert!(limited.json.to_string().contains("google.rpc.RetryInfo"));
+
+    let preflight = gw
+        .call_with(Method::OPTIONS, "/v1/users/1/following/2", None, &[("origin", ORIGIN), ("access-control-request-method", "POST")])
+        .await?;
+    assert_eq!(preflight.headers["access-control-allow-origin"], ORIGIN);
+    let foreign = gw.call_with(Method::GET, "/v1/users/1/following", None, &[("origin", "http://evil.example")]).await?;
+    assert!(foreign.headers.get("access-control-allow-origin").is_none(), "an origin not configured gets no CORS grant");
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let traced = gw.call_with(Method::GET, "/v1/users/1/following", None, &[("traceparent", parent.as_str())]).await?;
+    let answer = traced.headers["traceresponse"].to_str()?;
+    assert!(answer.starts_with(&format!("00-{trace_id}-")) && !answer.contains("00f067aa0ba902b7"), "the gateway's span joins the caller's trace: {answer}");
+
+    let doc = reqwest::get(format!("{}/openapi.json", gw.base)).await?.text().await?;
+    assert_eq!(doc, socialgraph_gateway::OPENAPI_JSON);
+    let doc: Value = serde_json::from_str(&doc)?;
+    assert_eq!(doc["openapi"], "3.0.3");
+    gw.stop().await?;
+    mesh.stop().await
+}
