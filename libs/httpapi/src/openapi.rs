@@ -65,17 +65,50 @@ fn kind_schema(kind: &Kind, defs: &mut BTreeMap<String, Value>) -> Value {
     }
 }
 
-/// The JSON schema of one field's value (arrays for repeated fields, objects for maps).
+/// The JSON schema of one field's value (arrays for repeated fields, objects for maps). A
+/// 64-bit integer field whose comment says `> 0` (the proto's convention for ids) is a positive
+/// decimal string.
 fn field_schema(f: &FieldDescriptor, defs: &mut BTreeMap<String, Value>) -> Value {
+    let comment = field_comment(f);
+    let mut value = kind_schema(&f.kind(), defs);
+    if matches!(f.kind(), Kind::Int64 | Kind::Sint64 | Kind::Sfixed64) && comment.as_deref().is_some_and(|c| c.contains("> 0")) {
+        value["pattern"] = json!("^[1-9][0-9]{0,17}$");
+    }
     let schema = if f.is_map() {
         let Kind::Message(entry) = f.kind() else { return json!({}) };
         json!({"type": "object", "additionalProperties": kind_schema(&entry.map_entry_value_field().kind(), defs)})
     } else if f.is_list() {
-        json!({"type": "array", "items": kind_schema(&f.kind(), defs)})
+        json!({"type": "array", "items": value})
     } else {
-        kind_schema(&f.kind(), defs)
+        value
     };
-    with_description(schema, field_comment(f))
+    with_description(schema, comment)
+}
+
+/// The OpenAPI name of a path variable: its field name, or for a nested field (`entity.entity_id`)
+/// the last name alone when no other variable of the template ends the same way, else the names
+/// joined with `_` (OpenAPI tools take dots in path parameter names for syntax).
+fn path_name(template: &crate::Template, path: &[String]) -> String {
+    let last = path.last().map(String::as_str).unwrap_or_default();
+    let clashes = template.fields().filter(|p| p.last().map(String::as_str) == Some(last)).count() > 1;
+    if path.len() == 1 || clashes { path.join("_") } else { last.to_owned() }
+}
+
+/// The route's path as OpenAPI writes it, with [`path_name`]s for its variables.
+fn openapi_path(template: &crate::Template) -> String {
+    let mut out = String::new();
+    for segment in &template.segments {
+        out.push('/');
+        match segment {
+            crate::Segment::Literal(l) => out.push_str(l),
+            crate::Segment::Field(f) => out.push_str(&format!("{{{}}}", path_name(template, f))),
+        }
+    }
+    if let Some(verb) = &template.verb {
+        out.push(':');
+        out.push_str(verb);
+    }
+    out
 }
 
 /// An object schema of `m`'s fields by JSON name, leaving out the top-level fields in `skip`.
@@ -118,7 +151,7 @@ fn operation(route: &Route, defs: &mut BTreeMap<String, Value>) -> Value {
     let mut parameters = Vec::new();
     for path in route.template.fields() {
         let schema = field_at(&input, path).map(|f| field_schema(&f, defs)).unwrap_or_else(|_| json!({}));
-        parameters.push(json!({"name": path.join("."), "in": "path", "required": true, "schema": schema}));
+        parameters.push(json!({"name": path_name(&route.template, path), "in": "path", "required": true, "schema": schema}));
     }
     let mut op = json!({
         "operationId": route.label().replace('.', "_"),
@@ -179,7 +212,7 @@ pub fn document(routes: &[Route]) -> String {
     let mut paths: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for route in routes {
         let op = operation(route, &mut defs);
-        paths.entry(route.template.text.clone()).or_default().insert(route.method.to_ascii_lowercase(), op);
+        paths.entry(openapi_path(&route.template)).or_default().insert(route.method.to_ascii_lowercase(), op);
     }
     let doc = json!({
         "openapi": "3.0.3",
@@ -209,8 +242,10 @@ mod tests {
         let follow = &doc["paths"]["/v1/users/{follower_id}/following/{followee_id}"]["post"];
         assert_eq!(follow["operationId"], "RelationService_Follow");
         assert_eq!(follow["parameters"][0]["schema"]["type"], "string", "int64 is a string in proto3 JSON");
+        assert_eq!(follow["parameters"][0]["schema"]["pattern"], "^[1-9][0-9]{0,17}$", "a field documented > 0 is a positive id");
         assert!(follow["description"].as_str().is_some_and(|d| d.contains("Idempotent")), "RPC comments become descriptions");
-        let counts = &doc["paths"]["/v1/entities/{entity.entity_type}/{entity.entity_id}/counts"]["get"]["parameters"];
+        let counts = &doc["paths"]["/v1/entities/{entity_type}/{entity_id}/counts"]["get"]["parameters"];
+        assert_eq!(counts[0]["name"], "entity_type", "a nested path variable is named by its last field");
         assert_eq!(counts[2]["name"], "metrics");
         assert_eq!(counts[2]["schema"]["type"], "array");
         let batch = &doc["paths"]["/v1/users/{user_id}/relationships:batchGet"]["post"];
