@@ -10,6 +10,9 @@
 #   python    .venv with the packages in scripts/requirements-dev.txt
 #   buf       buf $BUF_VERSION (npm package @bufbuild/buf) in .tools/, for the proto lint and
 #             breaking-change checks of `make test-proto`
+#   browser   Debian's chromium (headless) and tesseract-ocr, for the gateway's browser test
+#             (integration-tests/tests/gateway_browser.rs: a page follows through the gateway,
+#             and the screenshot is read back as text)
 #
 # Usage: scripts/deps.sh [--check] [STEP...]
 #   no STEP     all of the above, in that order
@@ -22,7 +25,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf)
+ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf browser)
 
 TANSU_VERSION=0.6.0
 TANSU_PORT=9092
@@ -43,7 +46,7 @@ for arg in "$@"; do
     case "$arg" in
         --check) CHECK=1 ;;
         -h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        postgres | mariadb | redis | sqlite3 | tansu | python | buf) STEPS+=("$arg") ;;
+        postgres | mariadb | redis | sqlite3 | tansu | python | buf | browser) STEPS+=("$arg") ;;
         *) echo "deps.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -228,6 +231,18 @@ step_sqlite3() {
     else
         apt_install sqlite3
         say sqlite3 "installed ($(sqlite3 --version | cut -d' ' -f1))"
+    fi
+}
+
+# ----------------------------------------------------------------- browser
+step_browser() {
+    if command -v chromium >/dev/null && command -v tesseract >/dev/null; then
+        say browser "present ($(chromium --version 2>/dev/null | head -n 1); tesseract $(tesseract --version 2>&1 | head -n 1 | cut -d' ' -f2))"
+    elif ((CHECK)); then
+        down browser "chromium or tesseract not installed"
+    else
+        apt_install chromium tesseract-ocr fonts-dejavu-core
+        say browser "installed ($(chromium --version 2>/dev/null | head -n 1))"
     fi
 }
 
