@@ -91,14 +91,24 @@ echo
 echo "== followers of $USER_ID whom user $VIEWER follows (\"followed by people you know\", first 5)"
 "$BIN" familiar "$VIEWER" "$USER_ID" --page-size 5
 echo
+if command -v curl >/dev/null; then
+    echo "== the same counters over HTTP/JSON, through the gateway"
+    echo "curl -s http://127.0.0.1:8080/v1/users/$USER_ID/counters"
+    curl -s "http://127.0.0.1:8080/v1/users/$USER_ID/counters"
+    echo
+    echo
+fi
 cat <<MSG
 socialgraph dev keeps serving (pid $(cat "$DIR/dev.pid")): RelationService 127.0.0.1:50051,
-ProjectionService 127.0.0.1:50052, CounterService 127.0.0.1:50053, metrics on
+ProjectionService 127.0.0.1:50052, CounterService 127.0.0.1:50053, the HTTP/JSON gateway on
+http://127.0.0.1:8080 (routes in http://127.0.0.1:8080/openapi.json), metrics on
 http://127.0.0.1:9100/metrics. Try next:
   $BIN following $VIEWER --page-size 10
   $BIN relationship $VIEWER $USER_ID
   $BIN common $VIEWER $USER_ID --json
   $BIN status
+  curl -s 'http://127.0.0.1:8080/v1/users/$USER_ID/followers?page_size=3'
+  curl -s -X POST http://127.0.0.1:8080/v1/users/$VIEWER/following/$USER_ID
   .venv/bin/grpcurl -plaintext 127.0.0.1:50051 list     (after make deps)
 Stop it with: make stop
 MSG

@@ -4,8 +4,8 @@
 # cache off) override the defaults below.
 # Creates the `socialgraph` database on the local PostgreSQL if missing, runs migrations,
 # starts relation-svc (:50051, admin :9101), projection-svc (:50052, admin :9102) and
-# counter-svc (:50053, admin :9103), and leaves them serving in the foreground (Ctrl-C stops
-# them).
+# counter-svc (:50053, admin :9103) and the HTTP/JSON gateway (:8080, admin :9104), and leaves
+# them serving in the foreground (Ctrl-C stops them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -32,8 +32,9 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
 env "${relation_env[@]}" "$BIN/relation-svc" serve & pids+=($!)
 env "${projection_env[@]}" "$BIN/projection-svc" serve & pids+=($!)
 env "${counter_env[@]}" "$BIN/counter-svc" serve & pids+=($!)
+"$BIN/gateway" serve & pids+=($!)
 
-for port in 50051 50052 50053; do
+for port in 50051 50052 50053 8080; do
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
 cat <<MSG
@@ -42,6 +43,7 @@ socialgraph is serving:
   relation-svc    grpc 127.0.0.1:50051   admin http://127.0.0.1:9101/metrics
   projection-svc  grpc 127.0.0.1:50052   admin http://127.0.0.1:9102/metrics
   counter-svc     grpc 127.0.0.1:50053   admin http://127.0.0.1:9103/metrics
+  gateway         http://127.0.0.1:8080  admin http://127.0.0.1:9104/metrics  (routes: /openapi.json)
 
 Try (grpcurl is in .venv/bin after make deps):
   .venv/bin/grpcurl -plaintext -d '{"follower_id":1,"followee_id":2}' 127.0.0.1:50051 socialgraph.relation.v1.RelationService/Follow
@@ -49,6 +51,10 @@ Try (grpcurl is in .venv/bin after make deps):
   .venv/bin/grpcurl -plaintext 127.0.0.1:50052 socialgraph.projection.v1.ProjectionService/GetProjectionStatus
   .venv/bin/grpcurl -plaintext -d '{"user_id":2}' 127.0.0.1:50053 socialgraph.counter.v1.CounterService/GetUserCounters
   .venv/bin/grpcurl -plaintext -d '{"actor_id":1,"entity":{"entity_type":"post","entity_id":7}}' 127.0.0.1:50053 socialgraph.counter.v1.CounterService/Like
+Or over HTTP/JSON:
+  curl -s -X POST http://127.0.0.1:8080/v1/users/1/following/2
+  curl -s http://127.0.0.1:8080/v1/users/2/followers
+  curl -s http://127.0.0.1:8080/v1/users/2/counters
 Ctrl-C stops them.
 MSG
 wait

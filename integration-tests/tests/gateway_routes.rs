@@ -131,6 +131,39 @@ async fn restriction_and_account_routes(gw: &GatewaySvc) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What grpcurl (from `.venv`, installed by `make deps`) prints for `method` with `request`.
+async fn grpcurl(addr: std::net::SocketAddr, method: &str, request: Value) -> anyhow::Result<Value> {
+    let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/grpcurl");
+    anyhow::ensure!(tool.exists(), "{} is missing: run `make deps`", tool.display());
+    let mut command = std::process::Command::new(tool);
+    command.args(["-plaintext", "-d", &request.to_string(), &addr.to_string(), method]);
+    let output = tokio::task::spawn_blocking(move || command.output()).await??;
+    anyhow::ensure!(output.status.success(), "grpcurl {method}: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// The gateway answers the same JSON as grpcurl prints for the same RPC (int64 strings,
+/// RFC 3339 times, enum names, default values left out).
+async fn same_as_grpcurl(gw: &GatewaySvc, mesh: &Mesh) -> anyhow::Result<()> {
+    let cases = [
+        ("/v1/users/11/following?page_size=10", mesh.relation.addr, "socialgraph.relation.v1.RelationService/ListFollowing", json!({"user_id": 11, "page_size": 10})),
+        ("/v1/users/11/relationships/12", mesh.relation.addr, "socialgraph.relation.v1.RelationService/GetRelationship", json!({"user_id": 11, "other_user_id": 12})),
+        ("/v1/accounts/33", mesh.relation.addr, "socialgraph.relation.v1.RelationService/GetAccount", json!({"user_id": 33})),
+        ("/v1/users/13/followers", mesh.projection.addr, "socialgraph.projection.v1.ProjectionService/ListFollowers", json!({"user_id": 13})),
+        (
+            "/v1/entities/post/77/counts?metrics=METRIC_LIKE",
+            mesh.counter.addr,
+            "socialgraph.counter.v1.CounterService/GetEntityCounts",
+            json!({"entity": {"entity_type": "post", "entity_id": 77}, "metrics": ["METRIC_LIKE"]}),
+        ),
+    ];
+    for (path, addr, method, request) in cases {
+        let via_gateway = ok(gw, Method::GET, path, None).await?;
+        assert_eq!(via_gateway, grpcurl(addr, method, request).await?, "GET {path} prints what grpcurl prints for {method}");
+    }
+    Ok(())
+}
+
 fn url_encode(s: &str) -> String {
     s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
@@ -142,6 +175,7 @@ async fn every_route_answers_over_http_against_the_real_mesh() -> anyhow::Result
     let token = relation_routes(&gw).await?;
     projection_and_counter_routes(&gw, &token).await?;
     restriction_and_account_routes(&gw).await?;
+    same_as_grpcurl(&gw, &mesh).await?;
     let all: std::collections::BTreeSet<String> =
         socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?.iter().map(socialgraph_httpapi::Route::label).collect();
     let called = gw.called.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();

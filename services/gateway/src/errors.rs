@@ -35,29 +35,30 @@ pub fn http_status(code: Code, reason: Option<&str>) -> StatusCode {
     }
 }
 
-fn json_response(http: StatusCode, body: &serde_json::Value, retry_after_secs: Option<u64>) -> Response {
-    let mut response = (http, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.to_string()).into_response();
+fn json_response(http: StatusCode, body: String, retry_after_secs: Option<u64>) -> Response {
+    let mut response = (http, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
     if let Some(secs) = retry_after_secs {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }
 
-/// The JSON of `status`'s google.rpc.Status (`status_desc`), details decoded by their type
-/// names; only code and message when the details are absent or cannot be printed.
-fn status_json(status: &tonic::Status, status_desc: &MessageDescriptor) -> serde_json::Value {
-    let plain = json!({"code": status.code() as i32, "message": status.message()});
-    let Ok(mut message) = DynamicMessage::decode(status_desc.clone(), status.details()) else { return plain };
+/// The JSON of `status`'s google.rpc.Status (`status_desc`) in field order (code, message,
+/// details), details decoded by their type names; only code and message when the details are
+/// absent or cannot be printed.
+fn status_json(status: &tonic::Status, status_desc: &MessageDescriptor) -> String {
+    let plain = || json!({"code": status.code() as i32, "message": status.message()}).to_string();
+    let Ok(mut message) = DynamicMessage::decode(status_desc.clone(), status.details()) else { return plain() };
     message.set_field_by_name("code", Value::I32(status.code() as i32));
     message.set_field_by_name("message", Value::String(status.message().to_owned()));
-    serde_json::to_value(&message).unwrap_or(plain)
+    serde_json::to_string(&message).unwrap_or_else(|_| plain())
 }
 
 /// The HTTP answer to a service's error `status`.
 pub fn from_status(status: &tonic::Status, status_desc: &MessageDescriptor) -> Response {
     let reason = status.get_details_error_info().map(|e| e.reason);
     let retry_after = status.get_details_retry_info().and_then(|r| r.retry_delay).map(|d| d.as_secs_f64().ceil().max(1.0) as u64);
-    json_response(http_status(status.code(), reason.as_deref()), &status_json(status, status_desc), retry_after)
+    json_response(http_status(status.code(), reason.as_deref()), status_json(status, status_desc), retry_after)
 }
 
 /// An error found by the gateway itself (bad path, bad JSON, limits): `code` with `message`,
@@ -69,7 +70,7 @@ pub fn gateway_error(http: StatusCode, code: Code, message: &str, violations: &[
         body["details"] = json!([{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": list}]);
     }
     let retry = (http == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
-    json_response(http, &body, retry)
+    json_response(http, body.to_string(), retry)
 }
 
 #[cfg(test)]
@@ -101,7 +102,9 @@ mod tests {
         let response = from_status(&status, &desc);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-        let json = status_json(&status, &desc);
+        let text = status_json(&status, &desc);
+        assert!(text.starts_with(r#"{"code":8,"message":"slow down","details":["#), "fields in proto order: {text}");
+        let json: serde_json::Value = serde_json::from_str(&text)?;
         assert_eq!(json["code"], 8);
         assert_eq!(json["message"], "slow down");
         let text = json["details"].to_string();

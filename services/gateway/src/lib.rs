@@ -74,15 +74,33 @@ pub fn app(config: &Config, registry: &prometheus::Registry) -> anyhow::Result<R
 /// A bad setting or route table, or a listener failure.
 pub async fn run(config: Config, http: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let registry = prometheus::Registry::new();
-    let app = app(&config, &registry)?;
     let readiness = socialgraph_server::Readiness::default();
-    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), shutdown.clone()));
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry.clone(), readiness.clone(), shutdown.clone()));
+    serve_http(&config, http, &registry, readiness, shutdown).await?;
+    admin_task.await??;
+    Ok(())
+}
+
+/// Serves the HTTP/JSON routes alone on `http` (metrics into `registry`; `readiness` set while
+/// serving) until `shutdown` fires, then drains as [`run`] does. `socialgraph dev` serves its
+/// gateway this way, beside its own admin port.
+///
+/// # Errors
+/// A bad setting or route table, or a listener failure.
+pub async fn serve_http(
+    config: &Config,
+    http: TcpListener,
+    registry: &prometheus::Registry,
+    readiness: socialgraph_server::Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = app(config, registry)?;
     readiness.set(true);
     let listener = axum::serve::ListenerExt::tap_io(http, |tcp: &mut tokio::net::TcpStream| {
         let _ = tcp.set_nodelay(true);
     });
     let signal = {
-        let (shutdown, readiness) = (shutdown.clone(), readiness.clone());
+        let shutdown = shutdown.clone();
         async move {
             shutdown.cancelled().await;
             readiness.set(false);
@@ -96,7 +114,6 @@ pub async fn run(config: Config, http: TcpListener, admin: TcpListener, shutdown
             tracing::warn!(drain_ms = config.http.drain_timeout_ms, "drain timed out; closing remaining requests");
         }
     }
-    admin_task.await??;
     Ok(())
 }
 

@@ -407,6 +407,10 @@ pub struct DevArgs {
     /// Admin HTTP listen address (/metrics, /ready, /live).
     #[arg(long, default_value = "127.0.0.1:9100")]
     pub admin_addr: SocketAddr,
+    /// HTTP/JSON gateway listen address (every public RPC as a REST route, /openapi.json);
+    /// it allows any browser origin, as the embedded mode is for local development.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
     /// HMAC key of page tokens (default: the fixed development key).
     #[arg(long, env = "SG_AUTH__PAGE_TOKEN_SECRET", hide_env_values = true)]
     pub page_token_secret: Option<String>,

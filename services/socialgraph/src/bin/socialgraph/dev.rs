@@ -1,5 +1,5 @@
 //! `socialgraph dev`: the embedded mesh (relation, projection and counter services on one
-//! SQLite file) in this process.
+//! SQLite file) and the HTTP/JSON gateway in front of them, in this process.
 
 use std::process::ExitCode;
 
@@ -34,16 +34,48 @@ async fn run(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
         ..socialgraph_embedded::DevConfig::default()
     };
     let listeners = socialgraph_embedded::Listeners::bind(&config).await?;
+    let http = socialgraph_server::bind(a.http_addr).await?;
+    let gateway = gateway_config(&config);
     tracing::info!(
         data = %config.data.display(),
         relation = %config.relation_addr,
         projection = %config.projection_addr,
         counter = %config.counter_addr,
         admin = %config.admin_addr,
+        http = %a.http_addr,
         "socialgraph dev serving"
     );
     let shutdown = socialgraph_server::shutdown_on_signal();
-    let result = socialgraph_embedded::run(config, listeners, shutdown).await;
+    let registry = prometheus::Registry::new();
+    let http = socialgraph_gateway::serve_http(&gateway, http, &registry, Default::default(), shutdown.clone());
+    // Either part ending (a failure, or the signal) stops the other.
+    let (result, served) = tokio::join!(
+        async {
+            let r = socialgraph_embedded::run(config, listeners, shutdown.clone()).await;
+            shutdown.cancel();
+            r
+        },
+        async {
+            let r = http.await;
+            shutdown.cancel();
+            r
+        }
+    );
     telemetry.shutdown();
-    result
+    result.and(served)
+}
+
+/// The gateway in front of the embedded services' ports (loopback when they listen on every
+/// interface), open to any browser origin.
+fn gateway_config(dev: &socialgraph_embedded::DevConfig) -> socialgraph_gateway::Config {
+    let url = |addr: std::net::SocketAddr| {
+        let ip = if addr.ip().is_unspecified() { std::net::Ipv4Addr::LOCALHOST.into() } else { addr.ip() };
+        format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+    };
+    let mut c = socialgraph_gateway::Config::default();
+    c.upstream.relation_url = url(dev.relation_addr);
+    c.upstream.projection_url = url(dev.projection_addr);
+    c.upstream.counter_url = url(dev.counter_addr);
+    c.http.cors_allowed_origins = vec!["*".into()];
+    c
 }
