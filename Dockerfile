@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# One image with every socialgraph binary: relation-svc, projection-svc, counter-svc and the
-# socialgraph CLI, in /usr/local/bin. The Helm chart (helm/socialgraph) runs each service by
-# naming its binary as the container command.
+# One image with every socialgraph binary: relation-svc, projection-svc, counter-svc, the
+# HTTP/JSON gateway (`gateway`) and the socialgraph CLI, in /usr/local/bin. The Helm chart
+# (helm/socialgraph) runs each service and the gateway by naming its binary as the container
+# command.
 #
 #   docker build -t registry.example.com/platform/socialgraph:0.1.0 .
 
@@ -14,10 +15,10 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --workspace \
-        --bin relation-svc --bin projection-svc --bin counter-svc --bin socialgraph \
+        --bin relation-svc --bin projection-svc --bin counter-svc --bin gateway --bin socialgraph \
     && mkdir -p /out \
     && cp target/release/relation-svc target/release/projection-svc \
-          target/release/counter-svc target/release/socialgraph /out/
+          target/release/counter-svc target/release/gateway target/release/socialgraph /out/
 
 FROM debian:bookworm-slim
 # CA certificates for TLS to databases, Redis, brokers and the OTLP collector.
@@ -30,7 +31,8 @@ RUN apt-get update \
 COPY --from=builder /out/ /usr/local/bin/
 # Numeric, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
-# gRPC: relation 50051, projection 50052, counter 50053; admin HTTP: 9101, 9102, 9103.
-EXPOSE 50051 50052 50053 9101 9102 9103
+# gRPC: relation 50051, projection 50052, counter 50053; gateway HTTP/JSON: 8080;
+# admin HTTP: 9101, 9102, 9103, gateway 9104.
+EXPOSE 50051 50052 50053 8080 9101 9102 9103 9104
 ENV RUST_LOG=info
 CMD ["relation-svc", "serve"]

@@ -32,6 +32,11 @@ NAMESPACE = "social"
 SERVICES = ("relation", "projection", "counter")
 CONSUMERS = ("projection", "counter")
 DEFAULT_PORTS = {"relation": (50051, 9101), "projection": (50052, 9102), "counter": (50053, 9103)}
+# The HTTP/JSON gateway in front of the three services: a stateless Deployment of its own.
+GATEWAY = "gateway"
+GATEWAY_PORTS = (8080, 9104)  # HTTP/JSON, admin
+COMPONENTS = SERVICES + (GATEWAY,)
+DEPLOYMENTS = ("relation", GATEWAY)
 
 # Kinds kubernetes-validate has no schema for, with the schema the tests hold for them.
 CUSTOM_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json"}
@@ -90,7 +95,7 @@ class Rendered:
         return found[0] if found else None
 
     def workload(self, service: str) -> dict[str, Any]:
-        kind = "Deployment" if service == "relation" else "StatefulSet"
+        kind = "Deployment" if service in DEPLOYMENTS else "StatefulSet"
         return self.get(kind, f"{RELEASE}-{service}")
 
     def container(self, service: str) -> dict[str, Any]:
@@ -153,8 +158,9 @@ def validate(obj: dict[str, Any]) -> None:
 
 
 def readme_settings() -> dict[str, set[str]]:
-    """The SG_ variables each service documents in the repository README: `[server]` keys for
-    all, then the table of each `### <name>-svc` section."""
+    """The SG_ variables each component documents in the repository README: for the services
+    `[server]` keys, then the table of each `### <name>-svc` section; for the gateway only the
+    table of its `### gateway` section (it has no `[server]` section)."""
     text = (REPO / "README.md").read_text()
     row = re.compile(r"^\|\s*`([a-z_]+(?:\.[a-z_]+)?)`\s*\|", re.M)
 
@@ -165,9 +171,13 @@ def readme_settings() -> dict[str, set[str]]:
     first_service = text.index("\n### ", server_start)
     server = {"SG_SERVER__" + k[len("SG_"):] for k in keys(text[server_start:first_service])}
     out: dict[str, set[str]] = {}
-    for match in re.finditer(r"^### ([a-z]+)-svc\s*$", text, re.M):
+    for match in re.finditer(r"^### (?:([a-z]+)-svc|(gateway))\s*$", text, re.M):
         end = text.find("\n## ", match.end())
         nxt = text.find("\n### ", match.end())
         stop = min(e for e in (end, nxt, len(text)) if e != -1)
-        out[match.group(1)] = server | keys(text[match.end():stop])
+        table = keys(text[match.end():stop])
+        if match.group(2):
+            out[match.group(2)] = table
+        else:
+            out[match.group(1)] = server | table
     return out

@@ -17,10 +17,11 @@ import yaml
 from kubernetes_validate import utils as kv
 
 import chartlib
-from chartlib import CONSUMERS, DEFAULT_PORTS, RELEASE, SERVICES, merged, render
+from chartlib import COMPONENTS, CONSUMERS, DEFAULT_PORTS, GATEWAY, GATEWAY_PORTS, RELEASE, SERVICES, merged, render
 
 # Everything a trial may give inline, and more than the defaults: separate projection database,
-# own Redis for counters, a cache Redis, tokens, key prefixes, IPv6 listen host, no autoscaling.
+# own Redis for counters, a cache Redis, tokens, key prefixes, IPv6 listen host, no autoscaling,
+# a browser origin for the gateway.
 ALL_INLINE = {
     "listenHost": "::",
     "redis": {"keyPrefix": "sg-trial:"},
@@ -29,6 +30,8 @@ ALL_INLINE = {
     "projection": {"database": {"url": "postgres://proj@projection-db:5432/projection"}},
     "counter": {"redis": {"url": "redis://counter-redis:6379/1"}},
     "relation": {"autoscaling": {"enabled": False}, "replicas": 1},
+    "gateway": {"autoscaling": {"enabled": False}, "replicas": 1,
+                "http": {"corsAllowedOrigins": ["http://localhost:3000"]}},
     "otel": {"endpoint": "http://otel-collector:4317"},
     "log": {"format": "text"},
 }
@@ -40,10 +43,18 @@ def variants() -> dict[str, dict]:
         "default": {},
         "production": prod,
         "all-inline": ALL_INLINE,
+        # The gateway then calls the projection and counters of another installation.
         "production-without-projection-and-counter": merged(
-            prod, {"projection": {"enabled": False}, "counter": {"enabled": False}}
+            prod, {"projection": {"enabled": False}, "counter": {"enabled": False},
+                   "gateway": {"upstream": {"projectionUrl": "http://projection.graph:50052",
+                                            "counterUrl": "http://counter.graph:50053"}}}
         ),
         "network-policy-without-callers": {"networkPolicy": {"enabled": True}},
+        "without-gateway": merged(prod, {"gateway": {"enabled": False}}),
+        "gateway-fixed-replicas-custom-ports": {
+            "gateway": {"autoscaling": {"enabled": False}, "replicas": 3, "ports": {"http": 8000, "admin": 9000},
+                        "pdb": {"minAvailable": 2}, "extraEnv": [{"name": "SG_TRACE_FILTER", "value": "debug"}]},
+        },
     }
 
 
@@ -110,6 +121,10 @@ def test_default_values_install_every_service(default):
         assert default.get("Service", f"{RELEASE}-{name}")
         assert default.get("PodDisruptionBudget", f"{RELEASE}-{name}")
         assert default.get("ConfigMap", f"{RELEASE}-{name}")
+    assert default.workload(GATEWAY)["kind"] == "Deployment"
+    assert default.get("HorizontalPodAutoscaler", f"{RELEASE}-{GATEWAY}")
+    for kind in ("Service", "PodDisruptionBudget", "ConfigMap"):
+        assert default.get(kind, f"{RELEASE}-{GATEWAY}")
     assert default.get("Job", f"{RELEASE}-migrate")
     assert not default.of_kind("ServiceMonitor") and not default.of_kind("NetworkPolicy")
 
@@ -123,8 +138,14 @@ def test_production_runs_three_replicas_of_each_service(production):
     assert "replicas" not in production.workload("relation")["spec"]
     for name in CONSUMERS:
         assert production.workload(name)["spec"]["replicas"] == 3
-    fixed = render({"relation": {"autoscaling": {"enabled": False}, "replicas": 3}})
+    gateway_hpa = production.get("HorizontalPodAutoscaler", f"{RELEASE}-{GATEWAY}")
+    assert gateway_hpa["spec"]["minReplicas"] == 3 and gateway_hpa["spec"]["maxReplicas"] == 12
+    assert gateway_hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": f"{RELEASE}-{GATEWAY}"}
+    assert "replicas" not in production.workload(GATEWAY)["spec"]
+    fixed = render({n: {"autoscaling": {"enabled": False}, "replicas": 3} for n in ("relation", GATEWAY)})
     assert fixed.workload("relation")["spec"]["replicas"] == 3
+    assert fixed.workload(GATEWAY)["spec"]["replicas"] == 3
     assert not fixed.of_kind("HorizontalPodAutoscaler")
 
 
@@ -406,6 +427,14 @@ COUNTER_SETTINGS = {
     "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
 }
 NON_SG = {"RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT", "SG_LOG_FORMAT"}
+# The gateway's settings (its contract; the README's `### gateway` table must list exactly these).
+GATEWAY_SETTINGS = {
+    "SG_HTTP__ADDR", "SG_HTTP__ADMIN_ADDR", "SG_HTTP__REQUEST_TIMEOUT_MS", "SG_HTTP__MAX_BODY_BYTES",
+    "SG_HTTP__MAX_HEADER_BYTES", "SG_HTTP__CONCURRENCY_LIMIT", "SG_HTTP__DRAIN_TIMEOUT_MS",
+    "SG_HTTP__CORS_ALLOWED_ORIGINS", "SG_HTTP__CORS_MAX_AGE_SECS", "SG_UPSTREAM__RELATION_URL",
+    "SG_UPSTREAM__PROJECTION_URL", "SG_UPSTREAM__COUNTER_URL", "SG_UPSTREAM__CHANNELS",
+    "SG_UPSTREAM__CONNECT_TIMEOUT_MS",
+}
 
 
 def _documented():
@@ -428,19 +457,23 @@ def test_services_get_only_settings_they_know(variant):
     """The services refuse unknown SG_ keys at start-up: every variable must be documented."""
     rendered = render(VARIANTS[variant])
     documented = _documented()
-    for name in SERVICES:
+    for name in COMPONENTS:
         for var in rendered.environment(name):
             if var in NON_SG:
                 continue
-            assert _setting(var, documented[name]), f"{name}-svc does not read {var}"
+            assert _setting(var, documented[name]), f"{name} does not read {var}"
 
 
 def test_every_documented_setting_is_a_chart_value():
     rendered = render(ALL_INLINE)
-    for name, known in _documented().items():
+    documented = _documented()
+    # The README's `### gateway` table is read too, and holds the gateway's settings only.
+    assert set(documented) == set(COMPONENTS)
+    assert documented[GATEWAY] == GATEWAY_SETTINGS
+    for name, known in documented.items():
         env = rendered.environment(name)
         covered = {_setting(var, known) for var in env}
-        assert known <= covered, f"{name}-svc settings with no chart value: {sorted(known - covered)}"
+        assert known <= covered, f"{name} settings with no chart value: {sorted(known - covered)}"
 
 
 def test_values_become_the_documented_variables():
@@ -475,7 +508,7 @@ def test_values_become_the_documented_variables():
 
 
 def _checksums(rendered):
-    return {n: rendered.workload(n)["spec"]["template"]["metadata"]["annotations"] for n in SERVICES}
+    return {n: rendered.workload(n)["spec"]["template"]["metadata"]["annotations"] for n in COMPONENTS}
 
 
 @pytest.mark.parametrize("base, change, rolled", [
@@ -497,13 +530,19 @@ def _checksums(rendered):
     (ALL_INLINE, {"cache": {"keyPrefix": "other:"}}, {"relation", "projection"}),
     (ALL_INLINE, {"relation": {"cache": {"ttlSecs": 60}}}, {"relation"}),
     (ALL_INLINE, {"projection": {"cache": {"timeoutMs": 500}}}, {"projection"}),
+    # The gateway reads no secret and no store setting, but follows the services' addresses.
+    (ALL_INLINE, {"gateway": {"http": {"corsAllowedOrigins": ["https://app.example.com"]}}}, {GATEWAY}),
+    (ALL_INLINE, {"gateway": {"upstream": {"channels": 8}}}, {GATEWAY}),
+    ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", GATEWAY}),
+    ({}, {"counter": {"ports": {"grpc": 6003}}}, {"counter", GATEWAY}),
+    ({}, {"log": {"level": "debug"}}, {"relation", "projection", "counter", GATEWAY}),
 ])
 def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolled):
     before = _checksums(render(base))
     after = _checksums(render(merged(base, change)))
-    changed = {n for n in SERVICES if before[n] != after[n]}
+    changed = {n for n in COMPONENTS if before[n] != after[n]}
     assert changed == rolled
-    for n in SERVICES:
+    for n in COMPONENTS:
         assert set(after[n]) >= {"checksum/config", "checksum/secret"}
 
 
@@ -514,7 +553,7 @@ def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolle
 def test_pods_are_hardened(variant):
     rendered = render(VARIANTS[variant])
     pods = list(rendered.pod_specs())
-    assert len(pods) == 4
+    assert len(pods) == 5  # three services, the gateway, the migration Job
     for obj, pod in pods:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         assert pod["securityContext"]["runAsNonRoot"] is True, where
@@ -538,7 +577,7 @@ def test_pods_are_hardened(variant):
 def test_service_account_is_created_without_a_token(default):
     (sa,) = default.of_kind("ServiceAccount")
     assert sa["automountServiceAccountToken"] is False
-    for name in SERVICES:
+    for name in COMPONENTS:
         assert default.workload(name)["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
@@ -552,8 +591,8 @@ def _selects(selector: dict, labels: dict) -> bool:
 @pytest.mark.parametrize("variant", ["default", "production"])
 def test_services_pdbs_and_policies_select_their_own_pods_only(variant):
     rendered = render(VARIANTS[variant])
-    pod_labels = {n: rendered.workload(n)["spec"]["template"]["metadata"]["labels"] for n in SERVICES}
-    for name in SERVICES:
+    pod_labels = {n: rendered.workload(n)["spec"]["template"]["metadata"]["labels"] for n in COMPONENTS}
+    for name in COMPONENTS:
         workload = rendered.workload(name)
         assert _selects(workload["spec"]["selector"]["matchLabels"], pod_labels[name])
         selectors = [rendered.get("Service", f"{RELEASE}-{name}")["spec"]["selector"],
@@ -562,12 +601,12 @@ def test_services_pdbs_and_policies_select_their_own_pods_only(variant):
         if policy:
             selectors.append(policy["spec"]["podSelector"]["matchLabels"])
         for selector in selectors:
-            matched = {n for n in SERVICES if _selects(selector, pod_labels[n])}
+            matched = {n for n in COMPONENTS if _selects(selector, pod_labels[n])}
             assert matched == {name}, (name, selector)
 
 
 def test_each_service_has_a_disruption_budget(production):
-    for name in SERVICES:
+    for name in COMPONENTS:
         pdb = production.get("PodDisruptionBudget", f"{RELEASE}-{name}")
         assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
     rendered = render({"projection": {"pdb": {"minAvailable": "50%"}}, "counter": {"pdb": {"enabled": False}}})
@@ -577,8 +616,8 @@ def test_each_service_has_a_disruption_budget(production):
 
 def test_service_monitors_scrape_metrics_on_the_admin_port(production):
     monitors = production.of_kind("ServiceMonitor")
-    assert len(monitors) == 3
-    for name in SERVICES:
+    assert len(monitors) == 4
+    for name in COMPONENTS:
         monitor = production.get("ServiceMonitor", f"{RELEASE}-{name}")
         assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         service = production.get("Service", f"{RELEASE}-{name}")
@@ -593,30 +632,253 @@ def test_service_monitors_scrape_metrics_on_the_admin_port(production):
 
 def test_network_policies_admit_only_the_named_callers(production):
     values = chartlib.production_values()
-    internal = {"relation": "projection", "projection": "counter", "counter": None}
-    for name in SERVICES:
+    # The chart's own callers: projection-svc rebuilds from relation-svc, counter-svc copies
+    # projection-svc's counts, the gateway calls all three.
+    internal = {"relation": ["projection", GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
+                GATEWAY: []}
+    for name in COMPONENTS:
         policy = production.get("NetworkPolicy", f"{RELEASE}-{name}")
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         rules = {r["ports"][0]["port"]: r["from"] for r in policy["spec"]["ingress"]}
         assert all(len(r["ports"]) == 1 for r in policy["spec"]["ingress"])
+        serving = "http" if name == GATEWAY else "grpc"
         expected = list(values[name]["networkPolicy"]["allowFrom"])
-        if internal[name]:
-            caller_labels = production.workload(internal[name])["spec"]["template"]["metadata"]["labels"]
-            own = rules["grpc"][0]
-            assert own.keys() == {"podSelector"}
-            assert _selects(own["podSelector"]["matchLabels"], caller_labels)
-            expected = [own] + expected
-        assert rules == {"grpc": expected, "admin": values["networkPolicy"]["metricsFrom"]}
+        own = rules[serving][:len(internal[name])]
+        for peer, caller in zip(own, internal[name]):
+            caller_labels = production.workload(caller)["spec"]["template"]["metadata"]["labels"]
+            assert peer.keys() == {"podSelector"}
+            assert {n for n in COMPONENTS if _selects(
+                peer["podSelector"]["matchLabels"],
+                production.workload(n)["spec"]["template"]["metadata"]["labels"])} == {caller}
+            assert _selects(peer["podSelector"]["matchLabels"], caller_labels)
+        expected = own + expected
+        assert rules == {serving: expected, "admin": values["networkPolicy"]["metricsFrom"]}
+
+
+def _component_peer(component: str) -> list:
+    return sorted({"app.kubernetes.io/component": component, "app.kubernetes.io/instance": RELEASE,
+                   "app.kubernetes.io/name": "socialgraph"}.items())
 
 
 def test_network_policy_without_callers_admits_nobody_from_outside():
     rendered = render(VARIANTS["network-policy-without-callers"])
-    assert rendered.get("NetworkPolicy", f"{RELEASE}-counter")["spec"]["ingress"] == []
-    relation = rendered.get("NetworkPolicy", f"{RELEASE}-relation")["spec"]["ingress"]
-    assert [r["ports"] for r in relation] == [[{"port": "grpc", "protocol": "TCP"}]]
+    assert rendered.get("NetworkPolicy", f"{RELEASE}-{GATEWAY}")["spec"]["ingress"] == []
+    for name, callers in (("relation", ["projection", GATEWAY]), ("projection", ["counter", GATEWAY]),
+                          ("counter", [GATEWAY])):
+        ingress = rendered.get("NetworkPolicy", f"{RELEASE}-{name}")["spec"]["ingress"]
+        assert [r["ports"] for r in ingress] == [[{"port": "grpc", "protocol": "TCP"}]]
+        assert [list(p["podSelector"]["matchLabels"].items()) for p in ingress[0]["from"]] == [
+            _component_peer(c) for c in callers]
+    # Without the gateway, only the services' own calls remain.
+    without = render(merged(VARIANTS["network-policy-without-callers"], {"gateway": {"enabled": False}}))
+    assert without.get("NetworkPolicy", f"{RELEASE}-counter")["spec"]["ingress"] == []
+    relation = without.get("NetworkPolicy", f"{RELEASE}-relation")["spec"]["ingress"]
     assert [list(p["podSelector"]["matchLabels"].items()) for p in relation[0]["from"]] == [
-        sorted({"app.kubernetes.io/component": "projection", "app.kubernetes.io/instance": RELEASE,
-                "app.kubernetes.io/name": "socialgraph"}.items())]
+        _component_peer("projection")]
+    assert without.find("NetworkPolicy", f"{RELEASE}-{GATEWAY}") is None
+
+
+# --- the gateway ---------------------------------------------------------------------------
+
+
+def _gateway_objects(rendered):
+    return [o for o in rendered.objects
+            if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == GATEWAY
+            or GATEWAY in o["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+def test_gateway_is_a_stateless_deployment_of_the_same_image(variant):
+    rendered = render(VARIANTS[variant])
+    deployment = rendered.workload(GATEWAY)
+    assert deployment["kind"] == "Deployment"
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = deployment["spec"]["template"]["spec"]
+    container = rendered.container(GATEWAY)
+    relation = rendered.container("relation")
+    assert container["name"] == GATEWAY
+    assert container["command"] == ["/usr/local/bin/gateway"] and container["args"] == ["serve"]
+    assert (container["image"], container["imagePullPolicy"]) == (relation["image"], relation["imagePullPolicy"])
+    # The same pod template as the services: hardening, service account, /tmp, spread.
+    relation_pod = rendered.workload("relation")["spec"]["template"]["spec"]
+    for key in ("securityContext", "serviceAccountName", "automountServiceAccountToken", "enableServiceLinks",
+                "volumes", "imagePullSecrets"):
+        assert pod.get(key) == relation_pod.get(key), key
+    assert container["securityContext"] == relation["securityContext"]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == GATEWAY
+    # Stateless and holding no secret: no volume but /tmp, no variable from a Secret, nothing
+    # of a store in its settings.
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"]
+    env = rendered.environment(GATEWAY)
+    assert not [k for k, v in env.items() if not isinstance(v, str)], env
+    assert not [k for k in env if k.split("__")[0] in (
+        "SG_DATABASE", "SG_REDIS", "SG_CACHE", "SG_KAFKA", "SG_AUTH", "SG_SERVER", "SG_CONSUMER")]
+    assert "env" not in container
+    assert "checksum/config" in deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("variant", ["default", "gateway-fixed-replicas-custom-ports"])
+def test_gateway_ports_probes_and_service(variant):
+    values = VARIANTS[variant]
+    http_port, admin_port = (8000, 9000) if values else GATEWAY_PORTS
+    rendered = render(values)
+    container = rendered.container(GATEWAY)
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": http_port, "admin": admin_port}
+    paths = {"startupProbe": "/live", "livenessProbe": "/live", "readinessProbe": "/ready"}
+    for probe, path in paths.items():
+        spec = container[probe]
+        assert spec["httpGet"] == {"port": admin_port, "path": path, "scheme": "HTTP"}, probe
+        assert not {"grpc", "tcpSocket", "exec"} & spec.keys()
+    env = rendered.environment(GATEWAY)
+    assert env["SG_HTTP__ADDR"] == f"0.0.0.0:{http_port}"
+    assert env["SG_HTTP__ADMIN_ADDR"] == f"0.0.0.0:{admin_port}"
+    service = rendered.get("Service", f"{RELEASE}-{GATEWAY}")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert {p["name"]: (p["port"], p["targetPort"], p["appProtocol"]) for p in service["spec"]["ports"]} == {
+        "http": (http_port, "http", "http"), "admin": (admin_port, "admin", "http")}
+    # A Deployment: no headless Service.
+    assert rendered.find("Service", f"{RELEASE}-{GATEWAY}-headless") is None
+    if values:
+        assert rendered.workload(GATEWAY)["spec"]["replicas"] == 3
+        assert rendered.find("HorizontalPodAutoscaler", f"{RELEASE}-{GATEWAY}") is None
+        assert rendered.get("PodDisruptionBudget", f"{RELEASE}-{GATEWAY}")["spec"]["minAvailable"] == 2
+        assert {"name": "SG_TRACE_FILTER", "value": "debug"} in container["env"]
+
+
+def test_gateway_listens_on_ipv6_when_asked():
+    env = render(ALL_INLINE).environment(GATEWAY)
+    assert env["SG_HTTP__ADDR"] == "[::]:8080" and env["SG_HTTP__ADMIN_ADDR"] == "[::]:9104"
+
+
+@pytest.mark.parametrize("drain_ms, pre_stop, extra", [(10000, 5, 5), (30500, 0, 2)])
+def test_gateway_termination_grace_covers_pre_stop_and_drain_time(drain_ms, pre_stop, extra):
+    rendered = render({GATEWAY: {"http": {"drainTimeoutMs": drain_ms}, "preStopSleepSeconds": pre_stop,
+                                 "terminationGraceExtraSeconds": extra}})
+    pod = rendered.workload(GATEWAY)["spec"]["template"]["spec"]
+    assert rendered.environment(GATEWAY)["SG_HTTP__DRAIN_TIMEOUT_MS"] == str(drain_ms)
+    assert pod["terminationGracePeriodSeconds"] == pre_stop + math.ceil(drain_ms / 1000) + extra
+    lifecycle = rendered.container(GATEWAY).get("lifecycle")
+    assert lifecycle == ({"preStop": {"sleep": {"seconds": pre_stop}}} if pre_stop else None)
+
+
+def test_gateway_settings_become_the_documented_variables(default):
+    env = default.environment(GATEWAY)
+    assert {k: v for k, v in env.items() if k.startswith("SG_")} == {
+        "SG_HTTP__ADDR": "0.0.0.0:8080",
+        "SG_HTTP__ADMIN_ADDR": "0.0.0.0:9104",
+        "SG_HTTP__REQUEST_TIMEOUT_MS": "10000",
+        "SG_HTTP__MAX_BODY_BYTES": "1048576",
+        "SG_HTTP__MAX_HEADER_BYTES": "16384",
+        "SG_HTTP__CONCURRENCY_LIMIT": "1024",
+        "SG_HTTP__DRAIN_TIMEOUT_MS": "10000",
+        "SG_HTTP__CORS_ALLOWED_ORIGINS": "[]",
+        "SG_HTTP__CORS_MAX_AGE_SECS": "600",
+        "SG_UPSTREAM__RELATION_URL": f"http://{RELEASE}-relation:50051",
+        "SG_UPSTREAM__PROJECTION_URL": f"http://{RELEASE}-projection:50052",
+        "SG_UPSTREAM__COUNTER_URL": f"http://{RELEASE}-counter:50053",
+        "SG_UPSTREAM__CHANNELS": "4",
+        "SG_UPSTREAM__CONNECT_TIMEOUT_MS": "2000",
+        "SG_LOG_FORMAT": "json",
+    }
+    assert env["RUST_LOG"] == "info"
+    rendered = render({
+        "log": {"level": "info,tower_http=debug"},
+        "otel": {"endpoint": "http://otel-collector:4317"},
+        GATEWAY: {
+            "logLevel": "debug",
+            "http": {"requestTimeoutMs": 2500, "maxBodyBytes": 8388608, "maxHeaderBytes": 32768,
+                     "concurrencyLimit": 4096, "drainTimeoutMs": 20000,
+                     "corsAllowedOrigins": ["https://app.example.com", "http://localhost:3000"],
+                     "corsMaxAgeSecs": 86400},
+            "upstream": {"channels": 16, "connectTimeoutMs": 500,
+                         "relationUrl": "https://relation.graph.example.com:443"},
+        },
+    })
+    env = rendered.environment(GATEWAY)
+    assert env["SG_HTTP__REQUEST_TIMEOUT_MS"] == "2500"
+    assert env["SG_HTTP__MAX_BODY_BYTES"] == "8388608"  # no float notation
+    assert env["SG_HTTP__MAX_HEADER_BYTES"] == "32768"
+    assert env["SG_HTTP__CONCURRENCY_LIMIT"] == "4096"
+    assert env["SG_HTTP__DRAIN_TIMEOUT_MS"] == "20000"
+    # A TOML-style list, like SG_KAFKA__BROKERS.
+    assert env["SG_HTTP__CORS_ALLOWED_ORIGINS"] == '["https://app.example.com","http://localhost:3000"]'
+    assert json.loads(env["SG_HTTP__CORS_ALLOWED_ORIGINS"]) == ["https://app.example.com", "http://localhost:3000"]
+    assert env["SG_HTTP__CORS_MAX_AGE_SECS"] == "86400"
+    assert env["SG_UPSTREAM__CHANNELS"] == "16" and env["SG_UPSTREAM__CONNECT_TIMEOUT_MS"] == "500"
+    assert env["SG_UPSTREAM__RELATION_URL"] == "https://relation.graph.example.com:443"
+    assert env["SG_UPSTREAM__PROJECTION_URL"] == f"http://{RELEASE}-projection:50052"
+    assert env["RUST_LOG"] == "debug"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
+    assert json.loads(render({GATEWAY: {"http": {"corsAllowedOrigins": ["*"]}}})
+                      .environment(GATEWAY)["SG_HTTP__CORS_ALLOWED_ORIGINS"]) == ["*"]
+
+
+@pytest.mark.parametrize("values, prefix", [
+    ({}, RELEASE),
+    ({"fullnameOverride": "graph"}, "graph"),
+    ({n: {"ports": {"grpc": 6000 + i}} for i, n in enumerate(SERVICES)}, RELEASE),
+])
+def test_gateway_upstreams_are_the_charts_own_services(values, prefix):
+    rendered = render(values)
+    env = rendered.get("ConfigMap", f"{prefix}-{GATEWAY}")["data"]
+    (container,) = rendered.get("Deployment", f"{prefix}-{GATEWAY}")["spec"]["template"]["spec"]["containers"]
+    assert container["envFrom"] == [{"configMapRef": {"name": f"{prefix}-{GATEWAY}"}}]
+    for name in SERVICES:
+        url = env[f"SG_UPSTREAM__{name.upper()}_URL"]
+        service = rendered.get("Service", f"{prefix}-{name}")
+        (grpc,) = [p for p in service["spec"]["ports"] if p["name"] == "grpc"]
+        assert url == f"http://{service['metadata']['name']}:{grpc['port']}"
+        # The Service selects the service's pods, which listen on that port.
+        pods = rendered.get("StatefulSet" if name in CONSUMERS else "Deployment", f"{prefix}-{name}")
+        assert _selects(service["spec"]["selector"], pods["spec"]["template"]["metadata"]["labels"])
+        (container,) = pods["spec"]["template"]["spec"]["containers"]
+        assert {"name": "grpc", "containerPort": grpc["port"], "protocol": "TCP"} in container["ports"]
+
+
+def test_gateway_can_call_the_services_of_another_installation():
+    rendered = render(VARIANTS["production-without-projection-and-counter"])
+    env = rendered.environment(GATEWAY)
+    assert env["SG_UPSTREAM__RELATION_URL"] == f"http://{RELEASE}-relation:50051"
+    assert env["SG_UPSTREAM__PROJECTION_URL"] == "http://projection.graph:50052"
+    assert env["SG_UPSTREAM__COUNTER_URL"] == "http://counter.graph:50053"
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+def test_gateway_disabled_renders_no_gateway_objects(variant):
+    enabled = render(VARIANTS[variant])
+    kinds = {o["kind"] for o in _gateway_objects(enabled)}
+    expected = {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"}
+    if variant != "all-inline":
+        expected.add("HorizontalPodAutoscaler")
+    if variant == "production":
+        expected |= {"ServiceMonitor", "NetworkPolicy"}
+    assert kinds == expected
+    rendered = render(merged(VARIANTS[variant], {GATEWAY: {"enabled": False}}))
+    assert _gateway_objects(rendered) == []
+    assert GATEWAY not in rendered.all_text
+    assert len(rendered.objects) == len(enabled.objects) - len(_gateway_objects(enabled))
+    # Nothing else changes but the services' network policies, which no longer admit it.
+    others = {(o["kind"], o["metadata"]["name"]): o for o in enabled.objects if o not in _gateway_objects(enabled)}
+    for obj in rendered.objects:
+        if obj["kind"] != "NetworkPolicy":
+            assert obj == others[(obj["kind"], obj["metadata"]["name"])]
+
+
+def test_gateway_disabled_needs_neither_projection_nor_counter():
+    render({"projection": {"enabled": False}, "counter": {"enabled": False}, GATEWAY: {"enabled": False}})
+
+
+def test_notes_name_the_gateway():
+    notes = chartlib.chart().render({}, name=RELEASE, namespace=chartlib.NAMESPACE)
+    (text,) = [v for k, v in notes.items() if k.endswith("NOTES.txt")]
+    assert f"http://{RELEASE}-gateway.{chartlib.NAMESPACE}.svc:8080" in text
+    assert "/openapi.json" in text and "WARNING: gateway.http.corsAllowedOrigins" not in text
+    star = chartlib.chart().render({GATEWAY: {"http": {"corsAllowedOrigins": ["*"]}}},
+                                   name=RELEASE, namespace=chartlib.NAMESPACE)
+    (text,) = [v for k, v in star.items() if k.endswith("NOTES.txt")]
+    assert "WARNING: gateway.http.corsAllowedOrigins" in text
 
 
 # --- values.schema.json --------------------------------------------------------------------
@@ -672,6 +934,30 @@ INVALID = {
     "probe threshold zero": ({"relation": {"probes": {"liveness": {"periodSeconds": 10, "timeoutSeconds": 1,
                                                                     "failureThreshold": 0}}}},
                              "/relation/probes/liveness/failureThreshold", "minimum"),
+    "gateway enabled as a word": ({"gateway": {"enabled": "yes"}}, "/gateway/enabled", "want boolean"),
+    "gateway grpc port": ({"gateway": {"ports": {"grpc": 50054}}}, "/gateway/ports", "'grpc' not allowed"),
+    "gateway port out of range": ({"gateway": {"ports": {"http": 0}}}, "/gateway/ports/http", "minimum"),
+    "gateway server section": ({"gateway": {"server": {"requestTimeoutMs": 1000}}}, "/gateway",
+                               "'server' not allowed"),
+    "gateway zero request timeout": ({"gateway": {"http": {"requestTimeoutMs": 0}}},
+                                     "/gateway/http/requestTimeoutMs", "minimum"),
+    "gateway body limit as a size": ({"gateway": {"http": {"maxBodyBytes": "1Mi"}}},
+                                     "/gateway/http/maxBodyBytes", "want integer"),
+    "gateway zero concurrency": ({"gateway": {"http": {"concurrencyLimit": 0}}},
+                                 "/gateway/http/concurrencyLimit", "minimum"),
+    "cors origins as one string": ({"gateway": {"http": {"corsAllowedOrigins": "https://app.example.com"}}},
+                                   "/gateway/http/corsAllowedOrigins", "want array"),
+    "cors origin with a path": ({"gateway": {"http": {"corsAllowedOrigins": ["https://app.example.com/"]}}},
+                                "/gateway/http/corsAllowedOrigins/0", "pattern"),
+    "cors origin without scheme": ({"gateway": {"http": {"corsAllowedOrigins": ["app.example.com"]}}},
+                                   "/gateway/http/corsAllowedOrigins/0", "pattern"),
+    "gateway upstream not a URL": ({"gateway": {"upstream": {"relationUrl": "sg-relation:50051"}}},
+                                   "/gateway/upstream/relationUrl", "pattern"),
+    "gateway zero channels": ({"gateway": {"upstream": {"channels": 0}}}, "/gateway/upstream/channels", "minimum"),
+    "gateway misspelt upstream key": ({"gateway": {"upstream": {"relationURL": "http://r:50051"}}},
+                                      "/gateway/upstream", "'relationURL' not allowed"),
+    "gateway probes without readiness": ({"gateway": {"probes": {"readiness": None}}}, "/gateway/probes",
+                                         "missing property 'readiness'"),
 }
 
 
@@ -724,6 +1010,12 @@ def test_schema_rejects_a_production_file_that_forgets_its_secret_names():
     ({"relation": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}}, "maxReplicas (2) is smaller than"),
     ({"relation": {"autoscaling": {"targetCPUUtilizationPercentage": None}}}, "without a target"),
     ({"projection": {"enabled": False}}, "counter.enabled needs projection-svc"),
+    ({"gateway": {"autoscaling": {"minReplicas": 4, "maxReplicas": 3}}},
+     "gateway.autoscaling.maxReplicas (3) is smaller than gateway.autoscaling.minReplicas (4)"),
+    ({"gateway": {"autoscaling": {"targetCPUUtilizationPercentage": None}}}, "gateway.autoscaling is enabled without a target"),
+    ({"counter": {"enabled": False}}, "gateway.enabled needs counter-svc: enable counter, set gateway.upstream.counterUrl"),
+    ({"projection": {"enabled": False}, "counter": {"enabled": False}},
+     "gateway.enabled needs projection-svc: enable projection, set gateway.upstream.projectionUrl"),
 ])
 def test_inconsistent_values_fail_with_a_message(values, message):
     with pytest.raises(helm.HelmRenderError) as err:
@@ -743,9 +1035,15 @@ def test_dockerfile_builds_every_binary_the_chart_runs():
             for c in pod.get("initContainers", []) + pod["containers"]:
                 (command,) = c["command"]
                 commands.add(command)
-    assert commands == {f"/usr/local/bin/{n}-svc" for n in SERVICES}
+    assert commands == {f"/usr/local/bin/{n}-svc" for n in SERVICES} | {"/usr/local/bin/gateway"}
     assert {c.rsplit("/", 1)[1] for c in commands} <= built
     assert "socialgraph" in built
+    # Every built binary is copied out of the cache-mounted target/ into the image.
+    (copied,) = re.findall(r"&& cp (.*?) /out/$", dockerfile, re.M | re.S)
+    assert set(re.findall(r"target/release/([a-z-]+)", copied)) == built
+    (exposed,) = re.findall(r"^EXPOSE (.+)$", dockerfile, re.M)
+    ports = {p for n in SERVICES for p in DEFAULT_PORTS[n]} | set(GATEWAY_PORTS)
+    assert set(map(int, exposed.split())) == ports
     assert re.search(r"^COPY --from=builder .* /usr/local/bin/$", dockerfile, re.M)
     assert re.search(r"^USER 10001:10001$", dockerfile, re.M)
     assert re.search(r"^FROM rust:1\.95-bookworm AS builder$", dockerfile, re.M)

@@ -6,7 +6,19 @@ service gets exactly the keys it knows:
 Integers go through int64 so that large values never render in float notation.
 */}}
 
-{{/* Settings every service shares. Argument: component context. */}}
+{{/* Logs and traces, the same for every component. Argument: component context. */}}
+{{- define "socialgraph.telemetryConfig" -}}
+{{- $root := .root -}}
+RUST_LOG: {{ default $root.Values.log.level .svc.logLevel | quote }}
+{{- if eq $root.Values.log.format "json" }}
+SG_LOG_FORMAT: "json"
+{{- end }}
+{{- with $root.Values.otel.endpoint }}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Settings every service shares (the gateway has none of them). Argument: component context. */}}
 {{- define "socialgraph.commonConfig" -}}
 {{- $root := .root -}}
 {{- $svc := .svc -}}
@@ -16,13 +28,7 @@ SG_SERVER__REQUEST_TIMEOUT_MS: {{ $svc.server.requestTimeoutMs | int64 | quote }
 SG_SERVER__CONCURRENCY_LIMIT: {{ $svc.server.concurrencyLimit | int64 | quote }}
 SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION: {{ $svc.server.concurrencyLimitPerConnection | int64 | quote }}
 SG_SERVER__DRAIN_TIMEOUT_MS: {{ $svc.server.drainTimeoutMs | int64 | quote }}
-RUST_LOG: {{ default $root.Values.log.level $svc.logLevel | quote }}
-{{- if eq $root.Values.log.format "json" }}
-SG_LOG_FORMAT: "json"
-{{- end }}
-{{- with $root.Values.otel.endpoint }}
-OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
-{{- end }}
+{{ include "socialgraph.telemetryConfig" . }}
 {{- if not $root.Values.kafka.existingSecret }}
 SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
 {{- end }}
@@ -83,7 +89,7 @@ SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
-SG_RELATION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "relation")) ($v.relation.ports.grpc | int64)) $svc.relationUrl | quote }}
+SG_RELATION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "relation")) $svc.relationUrl | quote }}
 {{- end -}}
 
 {{- define "socialgraph.configData.counter" -}}
@@ -106,7 +112,33 @@ SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
 SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
 SG_COUNTERS__VERIFY_AFTER_MS: {{ $svc.counters.verifyAfterMs | int64 | quote }}
-SG_PROJECTION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" .root "name" "projection")) ($v.projection.ports.grpc | int64)) $svc.projectionUrl | quote }}
+SG_PROJECTION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "projection")) $svc.projectionUrl | quote }}
+{{- end -}}
+
+{{/*
+The gateway: stateless, no store and no secret; [http] and [upstream] only. The upstream URLs
+default to this release's services.
+*/}}
+{{- define "socialgraph.configData.gateway" -}}
+{{- $root := .root -}}
+{{- $svc := .svc -}}
+{{- $http := $svc.http -}}
+{{- $up := $svc.upstream -}}
+SG_HTTP__ADDR: {{ include "socialgraph.listenAddr" (list $root $svc.ports.http) | quote }}
+SG_HTTP__ADMIN_ADDR: {{ include "socialgraph.listenAddr" (list $root $svc.ports.admin) | quote }}
+SG_HTTP__REQUEST_TIMEOUT_MS: {{ $http.requestTimeoutMs | int64 | quote }}
+SG_HTTP__MAX_BODY_BYTES: {{ $http.maxBodyBytes | int64 | quote }}
+SG_HTTP__MAX_HEADER_BYTES: {{ $http.maxHeaderBytes | int64 | quote }}
+SG_HTTP__CONCURRENCY_LIMIT: {{ $http.concurrencyLimit | int64 | quote }}
+SG_HTTP__DRAIN_TIMEOUT_MS: {{ $http.drainTimeoutMs | int64 | quote }}
+SG_HTTP__CORS_ALLOWED_ORIGINS: {{ $http.corsAllowedOrigins | default (list) | toJson | quote }}
+SG_HTTP__CORS_MAX_AGE_SECS: {{ $http.corsMaxAgeSecs | int64 | quote }}
+SG_UPSTREAM__RELATION_URL: {{ default (include "socialgraph.serviceUrl" (list $root "relation")) $up.relationUrl | quote }}
+SG_UPSTREAM__PROJECTION_URL: {{ default (include "socialgraph.serviceUrl" (list $root "projection")) $up.projectionUrl | quote }}
+SG_UPSTREAM__COUNTER_URL: {{ default (include "socialgraph.serviceUrl" (list $root "counter")) $up.counterUrl | quote }}
+SG_UPSTREAM__CHANNELS: {{ $up.channels | int64 | quote }}
+SG_UPSTREAM__CONNECT_TIMEOUT_MS: {{ $up.connectTimeoutMs | int64 | quote }}
+{{ include "socialgraph.telemetryConfig" . }}
 {{- end -}}
 
 {{/* Secret env entries and the secret sources they use. Argument: component context. */}}
@@ -144,4 +176,11 @@ SG_PROJECTION__URL: {{ default (printf "http://%s:%d" (include "socialgraph.comp
 {{- include "socialgraph.secretEnv" (list $src "counter-redis-url" "SG_REDIS__URL") }}
 {{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
 {{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
+{{- end -}}
+
+{{- define "socialgraph.secretNames.gateway" -}}
+{{- toJson (list) -}}
+{{- end -}}
+{{- /* The gateway holds no secret: callers' authorization headers are passed on to the services. */ -}}
+{{- define "socialgraph.secretEnvs.gateway" -}}
 {{- end -}}

@@ -188,15 +188,82 @@ Argument: (list $ "database-url" "redis-url" ...).
 {{- toJson $used | sha256sum -}}
 {{- end -}}
 
-{{/* Names of the deployed services, as a JSON list. */}}
+{{/* Names of the deployed components (the three services, then the gateway), as a JSON list. */}}
 {{- define "socialgraph.components" -}}
 {{- $out := list "relation" -}}
 {{- if .Values.projection.enabled }}{{ $out = append $out "projection" }}{{ end -}}
 {{- if .Values.counter.enabled }}{{ $out = append $out "counter" }}{{ end -}}
+{{- if .Values.gateway.enabled }}{{ $out = append $out "gateway" }}{{ end -}}
 {{- toJson $out -}}
+{{- end -}}
+
+{{/*
+Name of the port a component serves its callers on: "http" (HTTP/JSON) for the gateway, "grpc"
+for the services. Argument: component context.
+*/}}
+{{- define "socialgraph.servingPort" -}}
+{{- if eq .name "gateway" }}http{{ else }}grpc{{ end -}}
+{{- end -}}
+
+{{/* The binary a component runs (in /usr/local/bin): gateway, or <name>-svc. Argument: component context. */}}
+{{- define "socialgraph.binary" -}}
+{{- if eq .name "gateway" }}gateway{{ else }}{{ .name }}-svc{{ end -}}
+{{- end -}}
+
+{{/*
+In-cluster gRPC URL of one of this release's services, http://<prefix>-<name>:<grpc port>.
+Argument: (list $ "relation").
+*/}}
+{{- define "socialgraph.serviceUrl" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- printf "http://%s:%d" (include "socialgraph.componentName" (dict "root" $root "name" $name)) ((index $root.Values $name).ports.grpc | int64) -}}
 {{- end -}}
 
 {{/* An int-or-string value: "50%" stays a string, 1 an integer. */}}
 {{- define "socialgraph.intOrString" -}}
 {{- if kindIs "string" . }}{{ . | quote }}{{ else }}{{ . | int64 }}{{ end -}}
+{{- end -}}
+
+{{/*
+The HorizontalPodAutoscaler of a Deployment (relation-svc, the gateway), from <component>.autoscaling.
+Argument: component context.
+*/}}
+{{- define "socialgraph.hpa" -}}
+{{- $a := .svc.autoscaling -}}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: {{ include "socialgraph.componentName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "socialgraph.componentLabels" . | nindent 4 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "socialgraph.componentName" . }}
+  minReplicas: {{ $a.minReplicas | int64 }}
+  maxReplicas: {{ $a.maxReplicas | int64 }}
+  metrics:
+    {{- with $a.targetCPUUtilizationPercentage }}
+    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: {{ . | int64 }}
+    {{- end }}
+    {{- with $a.targetMemoryUtilizationPercentage }}
+    - type: Resource
+      resource:
+        name: memory
+        target:
+          type: Utilization
+          averageUtilization: {{ . | int64 }}
+    {{- end }}
+  {{- with $a.behavior }}
+  behavior:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end -}}

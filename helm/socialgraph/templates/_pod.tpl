@@ -1,10 +1,12 @@
 {{/*
-Seconds a pod may take to stop: the preStop sleep, the drain of in-flight RPCs
-(server.drainTimeoutMs, rounded up), and a margin for the relay, consumers and telemetry.
-Argument: component values (.Values.relation, ...).
+Seconds a pod may take to stop: the preStop sleep, the drain of in-flight requests
+(server.drainTimeoutMs, the gateway's http.drainTimeoutMs; rounded up), and a margin for the
+relay, consumers and telemetry. Argument: component values (.Values.relation, ...).
 */}}
 {{- define "socialgraph.terminationGracePeriodSeconds" -}}
-{{- $drainSecs := div (add (int64 .server.drainTimeoutMs) 999) 1000 -}}
+{{- $drainMs := 0 -}}
+{{- if .server }}{{ $drainMs = .server.drainTimeoutMs }}{{ else }}{{ $drainMs = .http.drainTimeoutMs }}{{ end -}}
+{{- $drainSecs := div (add (int64 $drainMs) 999) 1000 -}}
 {{- add (int64 .preStopSleepSeconds) $drainSecs (int64 .terminationGraceExtraSeconds) -}}
 {{- end -}}
 
@@ -21,14 +23,33 @@ initialDelaySeconds: {{ . | int64 }}
 {{- end }}
 {{- end -}}
 
+{{/* An HTTP GET probe (the gateway's admin port). Argument: (list port path settings). */}}
+{{- define "socialgraph.httpProbe" -}}
+{{- $p := index . 2 -}}
+httpGet:
+  port: {{ index . 0 | int64 }}
+  path: {{ index . 1 }}
+  scheme: HTTP
+periodSeconds: {{ $p.periodSeconds | int64 }}
+timeoutSeconds: {{ $p.timeoutSeconds | int64 }}
+failureThreshold: {{ $p.failureThreshold | int64 }}
+{{- with $p.initialDelaySeconds }}
+initialDelaySeconds: {{ . | int64 }}
+{{- end }}
+{{- end -}}
+
 {{/*
-The pod template of a service. Argument: component context with, for StatefulSet consumers,
-"consumer": true (adds the partition assignment from the pod ordinal).
+The pod template of a component. Argument: component context with, for StatefulSet consumers,
+"consumer": true (adds the partition assignment from the pod ordinal). The services serve gRPC
+and are probed over grpc.health.v1; the gateway serves HTTP/JSON and is probed on its admin
+port (/live, /ready).
 */}}
 {{- define "socialgraph.podTemplate" -}}
 {{- $root := .root -}}
 {{- $svc := .svc -}}
 {{- $secretNames := include (printf "socialgraph.secretNames.%s" .name) . | fromJsonArray -}}
+{{- $serving := include "socialgraph.servingPort" . -}}
+{{- $secretEnv := include (printf "socialgraph.secretEnvs.%s" .name) . | trim -}}
 metadata:
   labels:
     {{- include "socialgraph.componentLabels" . | nindent 4 }}
@@ -61,11 +82,11 @@ spec:
     - name: {{ .name }}
       image: {{ include "socialgraph.image" $root }}
       imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-      command: ["/usr/local/bin/{{ .name }}-svc"]
+      command: ["/usr/local/bin/{{ include "socialgraph.binary" . }}"]
       args: ["serve"]
       ports:
-        - name: grpc
-          containerPort: {{ $svc.ports.grpc | int64 }}
+        - name: {{ $serving }}
+          containerPort: {{ index $svc.ports $serving | int64 }}
           protocol: TCP
         - name: admin
           containerPort: {{ $svc.ports.admin | int64 }}
@@ -73,6 +94,7 @@ spec:
       envFrom:
         - configMapRef:
             name: {{ include "socialgraph.componentName" . }}
+      {{- if or .consumer $secretEnv $svc.extraEnv }}
       env:
         {{- if .consumer }}
         # This replica consumes the partitions p with p % COUNT == ORDINAL.
@@ -83,16 +105,30 @@ spec:
         - name: SG_CONSUMER__PARTITIONS__REPLICA__COUNT
           value: {{ $svc.replicas | int64 | quote }}
         {{- end }}
-        {{- include (printf "socialgraph.secretEnvs.%s" .name) . | trim | nindent 8 }}
+        {{- with $secretEnv }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- with $svc.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- end }}
+      {{- if eq $serving "http" }}
+      # Startup and liveness: the process answers on its admin port; readiness: /ready (200
+      # only while serving).
+      startupProbe:
+        {{- include "socialgraph.httpProbe" (list $svc.ports.admin "/live" $svc.probes.startup) | nindent 8 }}
+      livenessProbe:
+        {{- include "socialgraph.httpProbe" (list $svc.ports.admin "/live" $svc.probes.liveness) | nindent 8 }}
+      readinessProbe:
+        {{- include "socialgraph.httpProbe" (list $svc.ports.admin "/ready" $svc.probes.readiness) | nindent 8 }}
+      {{- else }}
       startupProbe:
         {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.startup) | nindent 8 }}
       livenessProbe:
         {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.liveness) | nindent 8 }}
       readinessProbe:
         {{- include "socialgraph.grpcProbe" (list $svc.ports.grpc $svc.probes.readiness) | nindent 8 }}
+      {{- end }}
       {{- if gt (int64 $svc.preStopSleepSeconds) 0 }}
       lifecycle:
         preStop:
