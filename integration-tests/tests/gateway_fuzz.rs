@@ -26,7 +26,12 @@ async fn schemathesis_finds_no_server_error_and_no_response_off_the_document() -
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
     let _ = std::fs::remove_dir_all(&report);
-    assert!(output.status.success(), "schemathesis found failures (exit {:?}):\n{stdout}\n{}", output.status.code(), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "schemathesis found failures (exit {:?}):\n{stdout}\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(stdout.contains("37 selected") || stdout.contains("37 total") || stdout.contains("/37"), "every operation was tested:\n{stdout}");
     gw.stop().await?;
     mesh.stop().await

@@ -76,7 +76,8 @@ async fn projection_and_counter_routes(gw: &GatewaySvc, token: &str) -> anyhow::
     assert_eq!(ids(&followers["followers"], "userId"), ["12", "11"], "{followers}");
     let count = ok(gw, Method::GET, &format!("/v1/users/13/followers:count?consistency_token={t}"), None).await?;
     assert_eq!(count["count"], "2");
-    let check = ok(gw, Method::POST, "/v1/users/13/followers:batchCheck", Some(json!({"candidateIds": ["11", "14"], "consistencyToken": token}))).await?;
+    let check =
+        ok(gw, Method::POST, "/v1/users/13/followers:batchCheck", Some(json!({"candidateIds": ["11", "14"], "consistencyToken": token}))).await?;
     assert!(check.to_string().contains("\"11\""), "{check}");
     ok(gw, Method::GET, &format!("/v1/users/13/edge_counts?consistency_token={t}"), None).await?;
     ok(gw, Method::POST, "/v1/edge_counts:batchGet", Some(json!({"userIds": ["11", "13"]}))).await?;
@@ -146,8 +147,18 @@ async fn grpcurl(addr: std::net::SocketAddr, method: &str, request: Value) -> an
 /// RFC 3339 times, enum names, default values left out).
 async fn same_as_grpcurl(gw: &GatewaySvc, mesh: &Mesh) -> anyhow::Result<()> {
     let cases = [
-        ("/v1/users/11/following?page_size=10", mesh.relation.addr, "socialgraph.relation.v1.RelationService/ListFollowing", json!({"user_id": 11, "page_size": 10})),
-        ("/v1/users/11/relationships/12", mesh.relation.addr, "socialgraph.relation.v1.RelationService/GetRelationship", json!({"user_id": 11, "other_user_id": 12})),
+        (
+            "/v1/users/11/following?page_size=10",
+            mesh.relation.addr,
+            "socialgraph.relation.v1.RelationService/ListFollowing",
+            json!({"user_id": 11, "page_size": 10}),
+        ),
+        (
+            "/v1/users/11/relationships/12",
+            mesh.relation.addr,
+            "socialgraph.relation.v1.RelationService/GetRelationship",
+            json!({"user_id": 11, "other_user_id": 12}),
+        ),
         ("/v1/accounts/33", mesh.relation.addr, "socialgraph.relation.v1.RelationService/GetAccount", json!({"user_id": 33})),
         ("/v1/users/13/followers", mesh.projection.addr, "socialgraph.projection.v1.ProjectionService/ListFollowers", json!({"user_id": 13})),
         (
@@ -237,9 +248,8 @@ async fn errors_limits_cors_and_traces_follow_the_http_conventions() -> anyhow::
     assert!(retry >= 1, "Retry-After in whole seconds from RetryInfo");
     assert!(limited.json.to_string().contains("google.rpc.RetryInfo"));
 
-    let preflight = gw
-        .call_with(Method::OPTIONS, "/v1/users/1/following/2", None, &[("origin", ORIGIN), ("access-control-request-method", "POST")])
-        .await?;
+    let preflight =
+        gw.call_with(Method::OPTIONS, "/v1/users/1/following/2", None, &[("origin", ORIGIN), ("access-control-request-method", "POST")]).await?;
     assert_eq!(preflight.headers["access-control-allow-origin"], ORIGIN);
     let foreign = gw.call_with(Method::GET, "/v1/users/1/following", None, &[("origin", "http://evil.example")]).await?;
     assert!(foreign.headers.get("access-control-allow-origin").is_none(), "an origin not configured gets no CORS grant");
@@ -248,7 +258,10 @@ async fn errors_limits_cors_and_traces_follow_the_http_conventions() -> anyhow::
     let parent = format!("00-{trace_id}-00f067aa0ba902b7-01");
     let traced = gw.call_with(Method::GET, "/v1/users/1/following", None, &[("traceparent", parent.as_str())]).await?;
     let answer = traced.headers["traceresponse"].to_str()?;
-    assert!(answer.starts_with(&format!("00-{trace_id}-")) && !answer.contains("00f067aa0ba902b7"), "the gateway's span joins the caller's trace: {answer}");
+    assert!(
+        answer.starts_with(&format!("00-{trace_id}-")) && !answer.contains("00f067aa0ba902b7"),
+        "the gateway's span joins the caller's trace: {answer}"
+    );
 
     let doc = reqwest::get(format!("{}/openapi.json", gw.base)).await?.text().await?;
     assert_eq!(doc, socialgraph_gateway::OPENAPI_JSON);

@@ -59,7 +59,8 @@ async fn a_grpc_web_call_over_http1_follows_and_reports_errors_in_trailers() -> 
     assert!(trailers.contains("grpc-status:3"), "a self-follow is INVALID_ARGUMENT: {trailers}");
     assert!(trailers.contains("grpc-status-details-bin"), "with its google.rpc details: {trailers}");
     let mut c = svc.client().await?;
-    let page = c.list_following(socialgraph_proto::relation::v1::ListFollowingRequest { user_id: 1, page_size: 10, page_token: String::new() }).await?;
+    let page =
+        c.list_following(socialgraph_proto::relation::v1::ListFollowingRequest { user_id: 1, page_size: 10, page_token: String::new() }).await?;
     assert_eq!(page.into_inner().following.len(), 1, "gRPC sees what gRPC-Web wrote");
     svc.stop().await?;
     db.drop_db().await

@@ -33,7 +33,9 @@ fn scalar(field: &FieldDescriptor, name: &str, text: &str) -> Result<Value, BadR
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => text.parse::<i64>().ok().map(Value::from),
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => text.parse::<i64>().ok().map(|_| Value::String(text.to_owned())),
         Kind::Uint64 | Kind::Fixed64 => text.parse::<u64>().ok().map(|_| Value::String(text.to_owned())),
-        Kind::Float | Kind::Double => text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::from).or_else(|| Some(Value::String(text.to_owned()))),
+        Kind::Float | Kind::Double => {
+            text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::from).or_else(|| Some(Value::String(text.to_owned())))
+        }
         Kind::Enum(_) => Some(text.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(text.to_owned()))),
         Kind::String | Kind::Bytes => Some(Value::String(text.to_owned())),
         Kind::Message(m) if matches!(m.full_name(), "google.protobuf.Timestamp" | "google.protobuf.Duration") => Some(Value::String(text.to_owned())),

@@ -123,7 +123,8 @@ async fn dispatch(gw: &Gateway, req: Request) -> (String, Response) {
     }
     let Some((route, bindings)) = matching.iter().find(|(r, _)| r.method == req.method().as_str()) else {
         let allow: Vec<&str> = matching.iter().map(|(r, _)| r.method.as_str()).collect();
-        let mut response = gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{} is not served for {path}", req.method()), &[]);
+        let mut response =
+            gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{} is not served for {path}", req.method()), &[]);
         if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
             response.headers_mut().insert(header::ALLOW, v);
         }
@@ -194,7 +195,9 @@ async fn call(gw: &Gateway, route: &Route, bindings: &socialgraph_httpapi::Bindi
     let mut response = match pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, span, gw.timeout)).await {
         Ok(bytes) => match DynamicMessage::decode(route.rpc.output(), bytes) {
             Ok(out) => match serde_json::to_vec(&out) {
-                Ok(json) => (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(json)).into_response(),
+                Ok(json) => {
+                    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(json)).into_response()
+                }
                 Err(e) => gateway_error(StatusCode::BAD_GATEWAY, Code::Internal, &format!("the response could not be printed: {e}"), &[]),
             },
             Err(e) => gateway_error(StatusCode::BAD_GATEWAY, Code::Internal, &format!("the service's response did not decode: {e}"), &[]),

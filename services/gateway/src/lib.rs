@@ -41,7 +41,12 @@ fn cors(origins: &[String], max_age_secs: u64) -> anyhow::Result<Option<CorsLaye
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE, Method::PATCH])
-            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION, HeaderName::from_static("traceparent"), HeaderName::from_static("tracestate")])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                HeaderName::from_static("traceparent"),
+                HeaderName::from_static("tracestate"),
+            ])
             .expose_headers([header::RETRY_AFTER, HeaderName::from_static("traceresponse")])
             .max_age(Duration::from_secs(max_age_secs)),
     ))
