@@ -82,6 +82,33 @@ fn parse_body(route: &Route, body: &[u8]) -> Result<Map<String, Value>, BadReque
     }
 }
 
+/// One text value placed in the request: the field's dotted proto name, whether it repeats,
+/// its JSON value, and the object (created as needed) and key it goes under.
+struct Slot<'a> {
+    name: String,
+    repeated: bool,
+    value: Value,
+    object: &'a mut Map<String, Value>,
+    key: String,
+}
+
+fn slot<'a>(root: &'a mut Map<String, Value>, route: &Route, path: &[String], text: &str) -> Result<Slot<'a>, BadRequest> {
+    let (names, field) = resolve(route, path)?;
+    let name = names.join(".");
+    if field.is_map() {
+        return Err(bad(&name, "map fields cannot be path or query parameters"));
+    }
+    let value = scalar(&field, &name, text)?;
+    let (key, parents) = names.split_last().ok_or_else(|| bad(&name, "empty field path"))?;
+    let object = object_at(root, parents, &name)?;
+    // A body's JSON spelling of the field gives way to the path value (the proto spelling is
+    // overwritten under `key`).
+    if field.json_name() != key.as_str() {
+        object.remove(field.json_name());
+    }
+    Ok(Slot { key: key.clone(), repeated: field.is_list(), value, object, name })
+}
+
 /// The request message of `route` from its path `bindings`, the raw `query` string and `body`.
 ///
 /// # Errors
@@ -95,37 +122,24 @@ pub fn request_message(route: &Route, bindings: &Bindings, query: Option<&str>, 
     }
     let mut bound = Vec::new();
     for (path, text) in bindings {
-        let (names, field) = resolve(route, path)?;
-        let name = names.join(".");
-        let value = scalar(&field, &name, text)?;
-        let (last, parents) = names.split_last().ok_or_else(|| bad(&name, "empty field path"))?;
-        let object = object_at(&mut root, parents, &name)?;
-        // The path wins over a body that names the same field in either spelling.
-        object.remove(field.json_name());
-        object.insert(last.clone(), value);
-        bound.push(name);
+        let s = slot(&mut root, route, path, text)?;
+        s.object.insert(s.key, s.value);
+        bound.push(s.name);
     }
     for (key, text) in url::form_urlencoded::parse(query.as_bytes()) {
         let path: Vec<String> = key.split('.').map(str::to_owned).collect();
-        let (names, field) = resolve(route, &path)?;
-        let name = names.join(".");
-        if bound.contains(&name) {
-            return Err(bad(&name, "already given in the path"));
+        let s = slot(&mut root, route, &path, &text)?;
+        if bound.contains(&s.name) {
+            return Err(bad(&s.name, "already given in the path"));
         }
-        if field.is_map() {
-            return Err(bad(&name, "map fields cannot be query parameters"));
-        }
-        let value = scalar(&field, &name, &text)?;
-        let (last, parents) = names.split_last().ok_or_else(|| bad(&name, "empty field path"))?;
-        let object = object_at(&mut root, parents, &name)?;
-        match object.get_mut(last) {
-            Some(Value::Array(items)) if field.is_list() => items.push(value),
-            Some(_) => return Err(bad(&name, "given more than once")),
-            None if field.is_list() => {
-                object.insert(last.clone(), Value::Array(vec![value]));
+        match s.object.get_mut(&s.key) {
+            Some(Value::Array(items)) if s.repeated => items.push(s.value),
+            Some(_) => return Err(bad(&s.name, "given more than once")),
+            None if s.repeated => {
+                s.object.insert(s.key, Value::Array(vec![s.value]));
             }
             None => {
-                object.insert(last.clone(), value);
+                s.object.insert(s.key, s.value);
             }
         }
     }
