@@ -793,7 +793,7 @@ def test_gateway_settings_become_the_documented_variables(default):
                      "corsAllowedOrigins": ["https://app.example.com", "http://localhost:3000"],
                      "corsMaxAgeSecs": 86400},
             "upstream": {"channels": 16, "connectTimeoutMs": 500,
-                         "relationUrl": "https://relation.graph.example.com:443"},
+                         "relationUrl": "http://relation.graph.example.com:50051"},
         },
     })
     env = rendered.environment(GATEWAY)
@@ -807,7 +807,7 @@ def test_gateway_settings_become_the_documented_variables(default):
     assert json.loads(env["SG_HTTP__CORS_ALLOWED_ORIGINS"]) == ["https://app.example.com", "http://localhost:3000"]
     assert env["SG_HTTP__CORS_MAX_AGE_SECS"] == "86400"
     assert env["SG_UPSTREAM__CHANNELS"] == "16" and env["SG_UPSTREAM__CONNECT_TIMEOUT_MS"] == "500"
-    assert env["SG_UPSTREAM__RELATION_URL"] == "https://relation.graph.example.com:443"
+    assert env["SG_UPSTREAM__RELATION_URL"] == "http://relation.graph.example.com:50051"
     assert env["SG_UPSTREAM__PROJECTION_URL"] == f"http://{RELEASE}-projection:50052"
     assert env["RUST_LOG"] == "debug"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
@@ -954,6 +954,13 @@ INVALID = {
     "gateway upstream not a URL": ({"gateway": {"upstream": {"relationUrl": "sg-relation:50051"}}},
                                    "/gateway/upstream/relationUrl", "pattern"),
     "gateway zero channels": ({"gateway": {"upstream": {"channels": 0}}}, "/gateway/upstream/channels", "minimum"),
+    "gateway too many channels": ({"gateway": {"upstream": {"channels": 65}}}, "/gateway/upstream/channels", "maximum"),
+    "gateway upstream over TLS": ({"gateway": {"upstream": {"counterUrl": "https://c:50053"}}},
+                                  "/gateway/upstream/counterUrl", "pattern"),
+    "gateway upstream with a path": ({"gateway": {"upstream": {"counterUrl": "http://c:50053/api"}}},
+                                     "/gateway/upstream/counterUrl", "pattern"),
+    "cors origin in upper case": ({"gateway": {"http": {"corsAllowedOrigins": ["HTTPS://APP.EXAMPLE.COM"]}}},
+                                  "/gateway/http/corsAllowedOrigins/0", "pattern"),
     "gateway misspelt upstream key": ({"gateway": {"upstream": {"relationURL": "http://r:50051"}}},
                                       "/gateway/upstream", "'relationURL' not allowed"),
     "gateway probes without readiness": ({"gateway": {"probes": {"readiness": None}}}, "/gateway/probes",

@@ -12,11 +12,13 @@ async fn schemathesis_finds_no_server_error_and_no_response_off_the_document() -
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let gw = spawn_gateway(&mesh, |_| {}).await?;
     let report = std::env::temp_dir().join(format!("sg-schemathesis-{}", std::process::id()));
+    // One worker: schemathesis 4.32's shared generation cache is not safe across workers (a
+    // KeyError inside it was seen under load), and one worker makes the run repeatable.
     let mut command = std::process::Command::new(&tool);
     command
         .args(["run", &format!("{}/openapi.json", gw.base)])
         .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"])
-        .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", "20261202", "--workers", "2"])
+        .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", "20261202", "--workers", "1"])
         .args(["--generation-database", "none", "--request-timeout", "20", "--no-color", "--max-failures", "20"])
         .arg("--report-dir")
         .arg(&report)

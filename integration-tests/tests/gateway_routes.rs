@@ -175,6 +175,33 @@ async fn same_as_grpcurl(gw: &GatewaySvc, mesh: &Mesh) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Raw HTTP/1.1 on a fresh connection: what comes back before the server answers or closes
+/// (at most 20 s).
+async fn raw(gw: &GatewaySvc, request: &[u8]) -> anyhow::Result<(String, std::time::Duration)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
+    let mut tcp = tokio::net::TcpStream::connect(gw.base.trim_start_matches("http://")).await?;
+    tcp.write_all(request).await?;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), tcp.read_to_end(&mut answer)).await;
+    Ok((String::from_utf8_lossy(&answer).into_owned(), started.elapsed()))
+}
+
+/// With a 3 s request timeout: a declared body over the limit is refused before it is sent, a
+/// body that never comes is 408 (not a 504 that blames the service), and headers that never
+/// end get the connection closed.
+async fn slow_and_lying_clients(gw: &GatewaySvc) -> anyhow::Result<()> {
+    let head = "POST /v1/counters:batchGet HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n";
+    let (answer, took) = raw(gw, format!("{head}content-length: 99999999999\r\n\r\n{{}}").as_bytes()).await?;
+    assert!(answer.starts_with("HTTP/1.1 413") && took.as_secs() < 2, "{answer} after {took:?}");
+    let (answer, took) = raw(gw, format!("{head}content-length: 100\r\n\r\n{{").as_bytes()).await?;
+    assert!(answer.starts_with("HTTP/1.1 408") && answer.contains("\"code\":4"), "{answer}");
+    assert!(took.as_secs() < 10, "{took:?}");
+    let (answer, took) = raw(gw, b"GET /v1/users/1/following HTTP/1.1\r\nhost: x\r\n").await?;
+    assert!(took.as_secs() < 15, "a request whose headers never end is dropped at the header timeout: {answer:?} after {took:?}");
+    Ok(())
+}
+
 fn url_encode(s: &str) -> String {
     s.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
@@ -213,8 +240,10 @@ async fn errors_limits_cors_and_traces_follow_the_http_conventions() -> anyhow::
         c.http.cors_allowed_origins = vec![ORIGIN.into()];
         c.http.max_body_bytes = 4096;
         c.http.max_header_bytes = 2048;
+        c.http.request_timeout_ms = 3000;
     })
     .await?;
+    slow_and_lying_clients(&gw).await?;
     let missing = gw.call(Method::GET, "/v1/nowhere", None).await?;
     assert_eq!((missing.status, missing.json["code"].as_i64()), (404, Some(5)));
     let wrong = gw.call(Method::PATCH, "/v1/users/1/following/2", None).await?;
@@ -262,6 +291,29 @@ async fn errors_limits_cors_and_traces_follow_the_http_conventions() -> anyhow::
         answer.starts_with(&format!("00-{trace_id}-")) && !answer.contains("00f067aa0ba902b7"),
         "the gateway's span joins the caller's trace: {answer}"
     );
+
+    let head = gw.call(Method::HEAD, "/v1/users/1/following", None).await?;
+    assert_eq!(head.status, 200, "HEAD is GET without the body");
+    let post_doc = gw.call(Method::POST, "/openapi.json", None).await?;
+    assert_eq!((post_doc.status, post_doc.json["code"].as_i64()), (405, Some(12)), "every refusal is JSON");
+    let plain = gw.call_with(Method::POST, "/v1/counters:batchGet", None, &[("content-type", "text/plain")]).await?;
+    assert_eq!(plain.status, 415);
+
+    // A service that is down: its routes answer 503 JSON, the others keep working.
+    let broken = spawn_gateway(&mesh, |c| c.upstream.counter_url = "http://127.0.0.1:1".into()).await?;
+    let down = broken.call(Method::GET, "/v1/users/1/counters", None).await?;
+    assert_eq!((down.status, down.json["code"].as_i64()), (503, Some(14)), "{}", down.json);
+    assert_eq!(broken.call(Method::GET, "/v1/users/1/following", None).await?.status, 200);
+    broken.stop().await?;
+
+    // A service still working at the deadline (a read waiting up to 2 s for a consistency token
+    // of a write far ahead): always 504, whichever side's timer fires first.
+    let hurried = spawn_gateway(&mesh, |c| c.http.request_timeout_ms = 700).await?;
+    for _ in 0..3 {
+        let late = hurried.call(Method::GET, "/v1/users/1/followers?consistency_token=djEuOTk5LjIuMQ", None).await?;
+        assert_eq!((late.status, late.json["code"].as_i64()), (504, Some(4)), "{}", late.json);
+    }
+    hurried.stop().await?;
 
     let doc = reqwest::get(format!("{}/openapi.json", gw.base)).await?.text().await?;
     assert_eq!(doc, socialgraph_gateway::OPENAPI_JSON);

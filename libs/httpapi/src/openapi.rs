@@ -72,7 +72,7 @@ fn field_schema(f: &FieldDescriptor, defs: &mut BTreeMap<String, Value>) -> Valu
     let comment = field_comment(f);
     let mut value = kind_schema(&f.kind(), defs);
     if matches!(f.kind(), Kind::Int64 | Kind::Sint64 | Kind::Sfixed64) && comment.as_deref().is_some_and(|c| c.contains("> 0")) {
-        value["pattern"] = json!("^[1-9][0-9]{0,17}$");
+        value["pattern"] = json!("^[1-9][0-9]{0,18}$");
     }
     let schema = if f.is_map() {
         let Kind::Message(entry) = f.kind() else { return json!({}) };
@@ -242,7 +242,7 @@ mod tests {
         let follow = &doc["paths"]["/v1/users/{follower_id}/following/{followee_id}"]["post"];
         assert_eq!(follow["operationId"], "RelationService_Follow");
         assert_eq!(follow["parameters"][0]["schema"]["type"], "string", "int64 is a string in proto3 JSON");
-        assert_eq!(follow["parameters"][0]["schema"]["pattern"], "^[1-9][0-9]{0,17}$", "a field documented > 0 is a positive id");
+        assert_eq!(follow["parameters"][0]["schema"]["pattern"], "^[1-9][0-9]{0,18}$", "a field documented > 0 is a positive id");
         assert!(follow["description"].as_str().is_some_and(|d| d.contains("Idempotent")), "RPC comments become descriptions");
         let counts = &doc["paths"]["/v1/entities/{entity_type}/{entity_id}/counts"]["get"]["parameters"];
         assert_eq!(counts[0]["name"], "entity_type", "a nested path variable is named by its last field");

@@ -78,7 +78,7 @@ impl Template {
     }
 
     /// The variables' values when `path` (a request path, without query) matches, else `None`.
-    /// Values are percent-decoded; one that does not decode as UTF-8 does not match.
+    /// Values are percent-decoded (bytes that are not UTF-8 become U+FFFD).
     pub fn matches(&self, path: &str) -> Option<Bindings> {
         let rest = path.strip_prefix('/')?;
         let body = match &self.verb {
@@ -96,7 +96,9 @@ impl Template {
                 Segment::Literal(_) => return None,
                 Segment::Field(_) if part.is_empty() => return None,
                 Segment::Field(f) => {
-                    let value = percent_encoding::percent_decode_str(part).decode_utf8().ok()?;
+                    // Undecodable bytes become U+FFFD: the value is then refused by name (400),
+                    // not mistaken for a missing route.
+                    let value = percent_encoding::percent_decode_str(part).decode_utf8_lossy();
                     bound.push((f.clone(), value.into_owned()));
                 }
             }

@@ -81,3 +81,82 @@ impl Default for UpstreamSettings {
         }
     }
 }
+
+/// Most requests in flight `http.concurrency_limit` may allow.
+pub const MAX_CONCURRENCY: usize = 1 << 20;
+/// Most connections per service `upstream.channels` may keep.
+pub const MAX_CHANNELS: usize = 64;
+
+/// An upstream URL: `http://host[:port]` and nothing else.
+fn check_upstream(key: &str, value: &str) -> anyhow::Result<()> {
+    let url = url::Url::parse(value).map_err(|e| anyhow::anyhow!("{key}: {value:?} is not a URL: {e}"))?;
+    anyhow::ensure!(
+        url.scheme() == "http",
+        "{key}: {value:?}: only http:// is supported (the services speak plaintext gRPC; TLS between them belongs to the network or a sidecar)"
+    );
+    anyhow::ensure!(url.host_str().is_some_and(|h| !h.is_empty()), "{key}: {value:?} names no host");
+    anyhow::ensure!(url.username().is_empty() && url.password().is_none(), "{key}: {value:?}: credentials in the URL are not used");
+    anyhow::ensure!(
+        url.path() == "/" && url.query().is_none() && url.fragment().is_none(),
+        "{key}: {value:?}: give scheme, host and port only (no path, query or fragment)"
+    );
+    Ok(())
+}
+
+/// A CORS origin exactly as browsers send it: `scheme://host[:port]`, lower case, no path.
+fn check_origin(value: &str) -> anyhow::Result<()> {
+    let key = "http.cors_allowed_origins";
+    let url = url::Url::parse(value).map_err(|e| anyhow::anyhow!("{key}: {value:?} is not an origin (scheme://host[:port]): {e}"))?;
+    let origin = url.origin().ascii_serialization();
+    anyhow::ensure!(origin == value, "{key}: {value:?} is not an origin as a browser sends it (did you mean {origin:?}?)");
+    Ok(())
+}
+
+impl Config {
+    /// Checks what the types cannot: URLs, origins and upper bounds.
+    ///
+    /// # Errors
+    /// The first bad setting, named by its key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        check_upstream("upstream.relation_url", &self.upstream.relation_url)?;
+        check_upstream("upstream.projection_url", &self.upstream.projection_url)?;
+        check_upstream("upstream.counter_url", &self.upstream.counter_url)?;
+        let origins = &self.http.cors_allowed_origins;
+        if origins.iter().any(|o| o == "*") {
+            anyhow::ensure!(origins.len() == 1, "http.cors_allowed_origins: \"*\" allows every origin and stands alone");
+        } else {
+            origins.iter().try_for_each(|o| check_origin(o))?;
+        }
+        anyhow::ensure!(self.http.concurrency_limit <= MAX_CONCURRENCY, "http.concurrency_limit must be at most {MAX_CONCURRENCY}");
+        anyhow::ensure!(self.upstream.channels <= MAX_CHANNELS, "upstream.channels must be at most {MAX_CHANNELS}");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(change: impl FnOnce(&mut Config)) -> String {
+        let mut c = Config::default();
+        change(&mut c);
+        c.validate().map(|()| String::new()).unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn bad_urls_origins_and_bounds_are_refused_naming_the_key() {
+        assert_eq!(refused(|_| {}), "");
+        assert_eq!(refused(|c| c.http.cors_allowed_origins = vec!["https://app.example.com".into(), "http://localhost:3000".into()]), "");
+        for url in
+            ["127.0.0.1:50051", "https://127.0.0.1:50051", "ftp://x:1", "http://127.0.0.1:99999", "http://u:p@x:1", "http://x:1/path", "http://x:1?q"]
+        {
+            assert!(refused(|c| c.upstream.relation_url = url.into()).starts_with("upstream.relation_url"), "{url}");
+        }
+        for origin in ["not an origin", "a.example", "http://a.example/", "*.example.com", "", "HTTP://A.EXAMPLE"] {
+            assert!(refused(|c| c.http.cors_allowed_origins = vec![origin.into()]).starts_with("http.cors_allowed_origins"), "{origin}");
+        }
+        assert!(refused(|c| c.http.cors_allowed_origins = vec!["*".into(), "http://a.example".into()]).starts_with("http.cors"));
+        assert!(refused(|c| c.http.concurrency_limit = usize::MAX >> 2).starts_with("http.concurrency_limit"));
+        assert!(refused(|c| c.upstream.channels = 100_000).starts_with("upstream.channels"));
+    }
+}

@@ -3,7 +3,7 @@
 //! names may be the proto names (`page_size`) or the JSON names (`pageSize`); unknown fields,
 //! repeated singular parameters and values of the wrong type are refused.
 
-use prost_reflect::{DynamicMessage, FieldDescriptor, Kind};
+use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 use socialgraph_httpapi::{Bindings, BodyMapping, Route, field_at};
 
@@ -30,9 +30,15 @@ fn scalar(field: &FieldDescriptor, name: &str, text: &str) -> Result<Value, BadR
             "false" => Some(Value::Bool(false)),
             _ => None,
         },
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => text.parse::<i64>().ok().map(Value::from),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => text.parse::<i64>().ok().map(|_| Value::String(text.to_owned())),
-        Kind::Uint64 | Kind::Fixed64 => text.parse::<u64>().ok().map(|_| Value::String(text.to_owned())),
+        // Integers in canonical decimal only: no `+`, no leading zeros (what the OpenAPI
+        // pattern documents).
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => {
+            text.parse::<i64>().ok().filter(|n| n.to_string() == text).map(Value::from)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+            text.parse::<i64>().ok().filter(|n| n.to_string() == text).map(|_| Value::String(text.to_owned()))
+        }
+        Kind::Uint64 | Kind::Fixed64 => text.parse::<u64>().ok().filter(|n| n.to_string() == text).map(|_| Value::String(text.to_owned())),
         Kind::Float | Kind::Double => {
             text.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::from).or_else(|| Some(Value::String(text.to_owned())))
         }
@@ -71,15 +77,114 @@ fn resolve(route: &Route, path: &[String]) -> Result<(Vec<String>, FieldDescript
     Ok((names, field))
 }
 
-fn parse_body(route: &Route, body: &[u8]) -> Result<Map<String, Value>, BadRequest> {
-    if route.body == BodyMapping::Query || body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
+/// Deserializes any JSON and fails on an object that names a key twice, at any depth (a
+/// `serde_json::Value` would keep the last one silently).
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
     }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("the key {key:?} is given twice")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(self)
+    }
+}
+
+/// Every key of `object` names a field of `message`, each field once whatever its spelling, at
+/// every depth: so an unknown or doubled field is refused by name.
+fn check_fields(message: &MessageDescriptor, object: &Map<String, Value>, prefix: &str) -> Result<(), BadRequest> {
+    let mut seen = std::collections::HashSet::new();
+    for (key, value) in object {
+        let field = message
+            .get_field_by_name(key)
+            .or_else(|| message.get_field_by_json_name(key))
+            .ok_or_else(|| bad(format!("{prefix}{key}"), "unknown field"))?;
+        let name = format!("{prefix}{}", field.name());
+        if !seen.insert(field.number()) {
+            return Err(bad(name, "given twice (as its proto name and its JSON name)"));
+        }
+        let Kind::Message(inner) = field.kind() else { continue };
+        if field.is_map() || inner.full_name().starts_with("google.protobuf.") {
+            continue;
+        }
+        match value {
+            Value::Object(o) => check_fields(&inner, o, &format!("{name}."))?,
+            Value::Array(items) if field.is_list() => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Value::Object(o) = item {
+                        check_fields(&inner, o, &format!("{name}[{i}]."))?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn parse_body(route: &Route, body: &[u8]) -> Result<Map<String, Value>, BadRequest> {
+    let empty = body.iter().all(u8::is_ascii_whitespace);
+    if route.body == BodyMapping::Query {
+        return if empty { Ok(Map::new()) } else { Err(bad("", "this route takes no body: its fields come from the path and the query")) };
+    }
+    if empty {
+        return Err(bad("", "this route takes a JSON object as its body"));
+    }
+    serde_json::from_slice::<NoDuplicateKeys>(body).map_err(|e| bad("", format!("the body is not JSON: {e}")))?;
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(map)) => {
+            check_fields(&route.rpc.input(), &map, "")?;
+            Ok(map)
+        }
         Ok(_) => Err(bad("", "the body must be a JSON object")),
         Err(e) => Err(bad("", format!("the body is not JSON: {e}"))),
     }
+}
+
+/// A body value that repeats a path variable must say the same (`5` or `"5"` for `/…/5`).
+fn agrees_with_path(object: &Map<String, Value>, field: &FieldDescriptor, text: &str) -> bool {
+    [field.name(), field.json_name()].iter().filter_map(|k| object.get(*k)).all(|v| match v {
+        Value::String(s) => s == text,
+        Value::Number(n) => n.to_string() == text,
+        Value::Bool(b) => b.to_string() == text,
+        _ => false,
+    })
 }
 
 /// One text value placed in the request: the field's dotted proto name, whether it repeats,
@@ -101,11 +206,6 @@ fn slot<'a>(root: &'a mut Map<String, Value>, route: &Route, path: &[String], te
     let value = scalar(&field, &name, text)?;
     let (key, parents) = names.split_last().ok_or_else(|| bad(&name, "empty field path"))?;
     let object = object_at(root, parents, &name)?;
-    // A body's JSON spelling of the field gives way to the path value (the proto spelling is
-    // overwritten under `key`).
-    if field.json_name() != key.as_str() {
-        object.remove(field.json_name());
-    }
     Ok(Slot { key: key.clone(), repeated: field.is_list(), value, object, name })
 }
 
@@ -122,7 +222,15 @@ pub fn request_message(route: &Route, bindings: &Bindings, query: Option<&str>, 
     }
     let mut bound = Vec::new();
     for (path, text) in bindings {
+        let (_, field) = resolve(route, path)?;
         let s = slot(&mut root, route, path, text)?;
+        if !agrees_with_path(s.object, &field, text) {
+            return Err(bad(&s.name, "the body gives another value than the path"));
+        }
+        // The path's value stands under the proto name; a body's JSON spelling goes.
+        if field.json_name() != s.key {
+            s.object.remove(field.json_name());
+        }
         s.object.insert(s.key, s.value);
         bound.push(s.name);
     }
@@ -168,10 +276,10 @@ mod tests {
     }
 
     #[test]
-    fn the_body_takes_either_spelling_and_the_path_wins() {
+    fn the_body_takes_either_spelling_and_may_repeat_the_path() {
         let r = route("RelationService.BatchGetRelationships");
         let b = r.template.matches("/v1/users/7/relationships:batchGet").expect("matches");
-        let m = request_message(&r, &b, None, br#"{"userId": "9", "other_user_ids": ["1", 2]}"#).expect("valid");
+        let m = request_message(&r, &b, None, br#"{"userId": 7, "other_user_ids": ["1", 2]}"#).expect("valid");
         assert_eq!(m.get_field_by_name("user_id").as_deref(), Some(&PValue::I64(7)));
         assert_eq!(m.get_field_by_name("other_user_ids").expect("ids").as_list().map(<[_]>::len), Some(2));
     }
@@ -191,5 +299,16 @@ mod tests {
         assert!(request_message(&r, &b, None, b"[1]").is_err());
         assert!(request_message(&r, &b, None, b"{\"bogus\": 1}").is_err());
         assert!(request_message(&r, &b, Some("x=1"), b"{}").is_err());
+        let field = |body: &[u8]| request_message(&r, &b, None, body).map(|_| ()).unwrap_err().field;
+        assert_eq!(field(br#"{"userId": "9"}"#), "user_id", "a body that contradicts the path");
+        assert_eq!(field(br#"{"bogus": 1}"#), "bogus", "unknown fields are named");
+        assert_eq!(field(br#"{"otherUserIds": ["1"], "other_user_ids": ["2"]}"#), "other_user_ids", "one field in two spellings");
+        assert!(request_message(&r, &b, None, br#"{"otherUserIds": ["1"], "otherUserIds": ["2"]}"#).is_err(), "a key given twice");
+        assert!(request_message(&r, &b, None, b"").is_err(), "a body route needs a body");
+        let r = route("RelationService.ListFollowing");
+        for id in ["+5", "05", "-0"] {
+            let b = r.template.matches(&format!("/v1/users/{id}/following")).expect("matches");
+            assert!(request_message(&r, &b, None, b"").is_err(), "{id} is not a canonical integer");
+        }
     }
 }

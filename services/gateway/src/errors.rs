@@ -54,8 +54,26 @@ fn status_json(status: &tonic::Status, status_desc: &MessageDescriptor) -> Strin
     serde_json::to_string(&message).unwrap_or_else(|_| plain())
 }
 
-/// The HTTP answer to a service's error `status`.
+/// True when `status` was made by the gRPC client from a broken exchange with something that
+/// is not a working gRPC service (an HTTP/2 protocol error, an HTTP answer without a gRPC
+/// status), rather than sent by a service.
+fn upstream_fault(status: &tonic::Status) -> bool {
+    use std::error::Error;
+    matches!(status.code(), Code::Internal | Code::Unknown | Code::Unimplemented)
+        && (status.source().is_some() || status.message().starts_with("grpc-status header missing") || status.message().contains("protocol error"))
+}
+
+/// The HTTP answer to a service's error `status`; 502 Bad Gateway when the upstream is not a
+/// working gRPC service.
 pub fn from_status(status: &tonic::Status, status_desc: &MessageDescriptor) -> Response {
+    if upstream_fault(status) {
+        return gateway_error(
+            StatusCode::BAD_GATEWAY,
+            Code::Unavailable,
+            &format!("the upstream did not answer as a gRPC service: {}", status.message()),
+            &[],
+        );
+    }
     let reason = status.get_details_error_info().map(|e| e.reason);
     let retry_after = status.get_details_retry_info().and_then(|r| r.retry_delay).map(|d| d.as_secs_f64().ceil().max(1.0) as u64);
     json_response(http_status(status.code(), reason.as_deref()), status_json(status, status_desc), retry_after)

@@ -98,39 +98,100 @@ fn header_bytes(headers: &HeaderMap) -> usize {
     headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum()
 }
 
-/// The axum fallback: every path that is not `/openapi.json`.
+/// The axum fallback: every request.
 pub async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     let started = Instant::now();
-    let (label, response) = dispatch(&gw, req).await;
+    let (label, response) = dispatch(&gw, req, started).await;
     gw.metrics.requests.with_label_values(&[label.as_str(), response.status().as_str()]).inc();
     gw.metrics.duration.with_label_values(&[label.as_str()]).observe(started.elapsed().as_secs_f64());
     response
 }
 
-async fn dispatch(gw: &Gateway, req: Request) -> (String, Response) {
-    let unmatched = "unmatched".to_owned();
-    if header_bytes(req.headers()) > gw.max_header_bytes {
-        let msg = format!("request headers are larger than {} bytes", gw.max_header_bytes);
-        return (unmatched, gateway_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Code::InvalidArgument, &msg, &[]));
+fn openapi(method: &Method) -> Response {
+    if method == Method::GET || method == Method::HEAD {
+        let body = if method == Method::HEAD { Body::empty() } else { Body::from(crate::OPENAPI_JSON) };
+        return (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
     }
-    let Ok(_permit) = gw.slots.try_acquire() else {
-        return (unmatched, gateway_error(StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable, "the gateway is at its concurrency limit", &[]));
-    };
-    let path = req.uri().path().to_owned();
-    let matching: Vec<(&Route, socialgraph_httpapi::Bindings)> = gw.routes.iter().filter_map(|r| r.template.matches(&path).map(|b| (r, b))).collect();
+    let mut response = gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{method} is not served for /openapi.json"), &[]);
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    response
+}
+
+/// The route and path bindings for `req`, or the 404/405 answer.
+fn find<'a>(gw: &'a Gateway, req: &Request) -> Result<(&'a Route, socialgraph_httpapi::Bindings), Box<Response>> {
+    let path = req.uri().path();
+    let mut matching: Vec<(&Route, socialgraph_httpapi::Bindings)> =
+        gw.routes.iter().filter_map(|r| r.template.matches(path).map(|b| (r, b))).collect();
     if matching.is_empty() {
-        return (unmatched, gateway_error(StatusCode::NOT_FOUND, Code::NotFound, &format!("no route for {path}"), &[]));
+        return Err(Box::new(gateway_error(StatusCode::NOT_FOUND, Code::NotFound, &format!("no route for {path}"), &[])));
     }
-    let Some((route, bindings)) = matching.iter().find(|(r, _)| r.method == req.method().as_str()) else {
-        let allow: Vec<&str> = matching.iter().map(|(r, _)| r.method.as_str()).collect();
-        let mut response =
-            gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{} is not served for {path}", req.method()), &[]);
-        if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
-            response.headers_mut().insert(header::ALLOW, v);
-        }
-        return (unmatched, response);
+    // HEAD is GET without the body.
+    let wanted = if req.method() == Method::HEAD { "GET" } else { req.method().as_str() };
+    if let Some(i) = matching.iter().position(|(r, _)| r.method == wanted) {
+        return Ok(matching.swap_remove(i));
+    }
+    let mut allow: Vec<&str> = matching.iter().map(|(r, _)| r.method.as_str()).collect();
+    if allow.contains(&"GET") {
+        allow.push("HEAD");
+    }
+    let mut response = gateway_error(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, &format!("{} is not served for {path}", req.method()), &[]);
+    if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
+        response.headers_mut().insert(header::ALLOW, v);
+    }
+    Err(Box::new(response))
+}
+
+/// Refusals that need only the request head: header size, repeated credentials, a declared
+/// body over the limit, a body that is not (plain) JSON.
+fn check_head(gw: &Gateway, route: &Route, req: &Request) -> Result<(), Box<Response>> {
+    let headers = req.headers();
+    if header_bytes(headers) > gw.max_header_bytes {
+        let msg = format!("request headers are larger than {} bytes", gw.max_header_bytes);
+        return Err(Box::new(gateway_error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, Code::InvalidArgument, &msg, &[])));
+    }
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        return Err(Box::new(gateway_error(StatusCode::BAD_REQUEST, Code::InvalidArgument, "more than one Authorization header", &[])));
+    }
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > gw.max_body_bytes as u64) {
+        let msg = format!("the request body is larger than {} bytes", gw.max_body_bytes);
+        return Err(Box::new(gateway_error(StatusCode::PAYLOAD_TOO_LARGE, Code::InvalidArgument, &msg, &[])));
+    }
+    if headers.get(header::CONTENT_ENCODING).is_some_and(|v| v != "identity") {
+        return Err(Box::new(gateway_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::InvalidArgument,
+            "compressed request bodies are not accepted",
+            &[],
+        )));
+    }
+    let json = |v: &HeaderValue| v.to_str().ok().and_then(|t| t.split(';').next()).is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if route.body == socialgraph_httpapi::BodyMapping::Body && headers.get(header::CONTENT_TYPE).is_some_and(|v| !json(v)) {
+        return Err(Box::new(gateway_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::InvalidArgument,
+            "the body must be Content-Type: application/json",
+            &[],
+        )));
+    }
+    Ok(())
+}
+
+async fn dispatch(gw: &Gateway, req: Request, started: Instant) -> (String, Response) {
+    if req.uri().path() == "/openapi.json" {
+        return ("openapi".into(), openapi(req.method()));
+    }
+    let (route, bindings) = match find(gw, &req) {
+        Ok(found) => found,
+        Err(response) => return ("unmatched".into(), *response),
     };
     let label = route.label();
+    if let Err(response) = check_head(gw, route, &req) {
+        return (label, *response);
+    }
+    let Ok(_permit) = gw.slots.try_acquire() else {
+        return (label, gateway_error(StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable, "the gateway is at its concurrency limit", &[]));
+    };
     let span = tracing::info_span!(
         "http",
         otel.name = format!("{} {}", route.method, route.template.text),
@@ -141,10 +202,7 @@ async fn dispatch(gw: &Gateway, req: Request) -> (String, Response) {
         rpc.method = route.rpc.name(),
     );
     socialgraph_telemetry::set_parent_from_metadata(&span, &tonic::metadata::MetadataMap::from_headers(req.headers().clone()));
-    let response = match tokio::time::timeout(gw.timeout, call(gw, route, bindings, req, &span).instrument(span.clone())).await {
-        Ok(response) => response,
-        Err(_) => gateway_error(StatusCode::GATEWAY_TIMEOUT, Code::DeadlineExceeded, "the service did not answer within the request timeout", &[]),
-    };
+    let response = call(gw, route, &bindings, req, &span, started).instrument(span.clone()).await;
     (label, response)
 }
 
@@ -172,14 +230,46 @@ pub fn grpc_request(message: &DynamicMessage, headers: &HeaderMap, span: &tracin
     request
 }
 
-async fn call(gw: &Gateway, route: &Route, bindings: &socialgraph_httpapi::Bindings, req: Request, span: &tracing::Span) -> Response {
-    let (parts, body) = req.into_parts();
-    let body: Bytes = match axum::body::to_bytes(body, gw.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
+/// The request body, read within the request's time budget: 413 past the size limit, 400 for
+/// a malformed (e.g. chunked) body, 408 for a client that sends it too slowly.
+async fn read_body(gw: &Gateway, body: Body, deadline: tokio::time::Instant) -> Result<Bytes, Box<Response>> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(body, gw.max_body_bytes);
+    match tokio::time::timeout_at(deadline, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
             let msg = format!("the request body is larger than {} bytes", gw.max_body_bytes);
-            return gateway_error(StatusCode::PAYLOAD_TOO_LARGE, Code::InvalidArgument, &msg, &[]);
+            Err(Box::new(gateway_error(StatusCode::PAYLOAD_TOO_LARGE, Code::InvalidArgument, &msg, &[])))
         }
+        Ok(Err(e)) => {
+            Err(Box::new(gateway_error(StatusCode::BAD_REQUEST, Code::InvalidArgument, &format!("the request body could not be read: {e}"), &[])))
+        }
+        Err(_) => Err(Box::new(gateway_error(
+            StatusCode::REQUEST_TIMEOUT,
+            Code::DeadlineExceeded,
+            "the request body did not arrive within the request timeout",
+            &[],
+        ))),
+    }
+}
+
+fn timed_out() -> Response {
+    gateway_error(StatusCode::GATEWAY_TIMEOUT, Code::DeadlineExceeded, "the service did not answer within the request timeout", &[])
+}
+
+async fn call(
+    gw: &Gateway,
+    route: &Route,
+    bindings: &socialgraph_httpapi::Bindings,
+    req: Request,
+    span: &tracing::Span,
+    started: Instant,
+) -> Response {
+    let deadline = tokio::time::Instant::from_std(started + gw.timeout);
+    let (parts, body) = req.into_parts();
+    let body = match read_body(gw, body, deadline).await {
+        Ok(b) => b,
+        Err(response) => return *response,
     };
     let message = match crate::convert::request_message(route, bindings, parts.uri.query(), &body) {
         Ok(m) => m,
@@ -191,9 +281,15 @@ async fn call(gw: &Gateway, route: &Route, bindings: &socialgraph_httpapi::Bindi
     let Some(pool) = gw.upstreams.for_service(route.rpc.parent_service().full_name()) else {
         return gateway_error(StatusCode::NOT_IMPLEMENTED, Code::Unimplemented, "no service behind this route", &[]);
     };
+    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if remaining.is_zero() {
+        return timed_out();
+    }
     let traceresponse = trace_headers(span).remove("traceparent");
-    let mut response = match pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, span, gw.timeout)).await {
-        Ok(bytes) => match DynamicMessage::decode(route.rpc.output(), bytes) {
+    let answer = tokio::time::timeout(remaining, pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, span, remaining))).await;
+    let mut response = match answer {
+        Err(_) => timed_out(),
+        Ok(Ok(bytes)) => match DynamicMessage::decode(route.rpc.output(), bytes) {
             Ok(out) => match serde_json::to_vec(&out) {
                 Ok(json) => {
                     (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(json)).into_response()
@@ -202,7 +298,14 @@ async fn call(gw: &Gateway, route: &Route, bindings: &socialgraph_httpapi::Bindi
             },
             Err(e) => gateway_error(StatusCode::BAD_GATEWAY, Code::Internal, &format!("the service's response did not decode: {e}"), &[]),
         },
-        Err(status) => from_status(&status, &gw.status_desc),
+        // The service gives up at the deadline the gateway sent (tonic answers CANCELLED
+        // "Timeout expired"), racing the gateway's own timer: either way the answer is 504.
+        Ok(Err(status))
+            if matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded) && tokio::time::Instant::now() + gw.timeout / 20 >= deadline =>
+        {
+            timed_out()
+        }
+        Ok(Err(status)) => from_status(&status, &gw.status_desc),
     };
     if let Some(v) = traceresponse.and_then(|v| HeaderValue::from_str(&v).ok()) {
         response.headers_mut().insert("traceresponse", v);

@@ -8,13 +8,13 @@ pub mod config;
 pub mod convert;
 pub mod errors;
 pub mod handler;
+pub mod serve;
 pub mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
 use http::{HeaderName, HeaderValue, Method, header};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -53,18 +53,17 @@ fn cors(origins: &[String], max_age_secs: u64) -> anyhow::Result<Option<CorsLaye
 }
 
 /// The HTTP application: `/openapi.json` and every route, behind CORS when configured.
+/// Checks the configuration first ([`Config::validate`]).
 ///
 /// # Errors
 /// The route table or a setting is invalid.
 pub fn app(config: &Config, registry: &prometheus::Registry) -> anyhow::Result<Router> {
+    config.validate()?;
     let pool = socialgraph_httpapi::pool()?;
     let upstreams = upstream::Upstreams::new(&config.upstream)?;
     let metrics = handler::Metrics::register(registry)?;
     let gateway = Arc::new(handler::Gateway::new(&pool, upstreams, &config.http, metrics)?);
-    let mut router = Router::new()
-        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }))
-        .fallback(handler::handle)
-        .with_state(gateway);
+    let mut router = Router::new().fallback(handler::handle).with_state(gateway);
     if let Some(cors) = cors(&config.http.cors_allowed_origins, config.http.cors_max_age_secs)? {
         router = router.layer(cors);
     }
@@ -101,24 +100,17 @@ pub async fn serve_http(
 ) -> anyhow::Result<()> {
     let app = app(config, registry)?;
     readiness.set(true);
-    let listener = axum::serve::ListenerExt::tap_io(http, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let signal = {
-        let shutdown = shutdown.clone();
-        async move {
-            shutdown.cancelled().await;
-            readiness.set(false);
-        }
+    let limits = serve::ConnLimits {
+        header_read_timeout: Duration::from_millis(config.http.request_timeout_ms),
+        max_header_bytes: config.http.max_header_bytes,
+        drain: Duration::from_millis(config.http.drain_timeout_ms),
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
-    let drain = Duration::from_millis(config.http.drain_timeout_ms);
-    tokio::select! {
-        r = server => r?,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(drain).await } => {
-            tracing::warn!(drain_ms = config.http.drain_timeout_ms, "drain timed out; closing remaining requests");
-        }
-    }
+    let cleared = shutdown.clone();
+    tokio::spawn(async move {
+        cleared.cancelled().await;
+        readiness.set(false);
+    });
+    serve::serve(http, app, limits, shutdown).await;
     Ok(())
 }
 

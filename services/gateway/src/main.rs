@@ -30,6 +30,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let config: socialgraph_gateway::Config = socialgraph_server::load_config(cli.config.as_deref())?;
+    config.validate()?;
     let telemetry = socialgraph_telemetry::init("gateway")?;
     let http = socialgraph_server::bind(config.http.addr).await?;
     let admin = socialgraph_server::bind(config.http.admin_addr).await?;
