@@ -13,6 +13,8 @@
 #   browser   Debian's chromium (headless) and tesseract-ocr, for the gateway's browser test
 #             (integration-tests/tests/gateway_browser.rs: a page follows through the gateway,
 #             and the screenshot is read back as text)
+#   promtool  promtool (Debian's prometheus package; the server is not started), which checks the
+#             chart's alert rules and the services' /metrics output
 #
 # Usage: scripts/deps.sh [--check] [STEP...]
 #   no STEP     all of the above, in that order
@@ -25,7 +27,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf browser)
+ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf browser promtool)
 
 TANSU_VERSION=0.6.0
 TANSU_PORT=9092
@@ -46,7 +48,7 @@ for arg in "$@"; do
     case "$arg" in
         --check) CHECK=1 ;;
         -h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        postgres | mariadb | redis | sqlite3 | tansu | python | buf | browser) STEPS+=("$arg") ;;
+        postgres | mariadb | redis | sqlite3 | tansu | python | buf | browser | promtool) STEPS+=("$arg") ;;
         *) echo "deps.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -243,6 +245,19 @@ step_browser() {
     else
         apt_install chromium tesseract-ocr fonts-dejavu-core
         say browser "installed ($(chromium --version 2>/dev/null | head -n 1))"
+    fi
+}
+
+# ---------------------------------------------------------------- promtool
+step_promtool() {
+    if command -v promtool >/dev/null; then
+        say promtool "present ($(promtool --version 2>&1 | head -n 1 | cut -d' ' -f3))"
+    elif ((CHECK)); then
+        down promtool "not installed"
+    else
+        # Only the binary is wanted: nothing here starts the Prometheus server it comes with.
+        apt_install --no-install-recommends prometheus
+        say promtool "installed ($(promtool --version 2>&1 | head -n 1 | cut -d' ' -f3))"
     fi
 }
 

@@ -10,6 +10,7 @@ pub mod cli;
 mod config;
 mod error;
 pub mod paging;
+pub mod red;
 pub mod timeout;
 
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use std::time::Duration;
 pub use admin::serve_admin;
 pub use config::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
 pub use error::{ApiError, ApiResult, DOMAIN, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
+pub use red::RpcMetrics;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -101,11 +103,6 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("binding {addr}: {e}")))
 }
 
-/// Serves `routes` (the service's gRPC servers) plus health and reflection on `listener` until
-/// `shutdown` fires, then: health NOT_SERVING and readiness cleared, no new connections,
-/// in-flight RPCs drained for at most `settings.drain_timeout_ms`.
-///
-/// `service_names` are the full gRPC names reported SERVING by the health service;
 /// The accepted connections of `listener` with TCP_NODELAY set: without it a response larger
 /// than one segment waits for the client's delayed ACK (~40 ms on Linux) before its tail is
 /// sent (Nagle's algorithm). A socket whose option cannot be set is served as it is.
@@ -141,20 +138,30 @@ pub fn rpc_span(req: &http::Request<()>) -> tracing::Span {
     span
 }
 
-/// `long_running` lists method paths (`/package.Service/Method`) exempt from the request
-/// timeout (bulk imports, scans, rebuilds).
+/// How one gRPC server is served.
+pub struct GrpcServing<'a> {
+    /// Full gRPC names reported SERVING by the health service (and NOT_SERVING at shutdown).
+    pub service_names: &'a [&'a str],
+    /// Method paths (`/package.Service/Method`) exempt from the request timeout (bulk imports,
+    /// scans, rebuilds).
+    pub long_running: &'a [&'a str],
+    /// Limits and timeouts.
+    pub settings: &'a ServerSettings,
+    /// Cleared when shutdown starts.
+    pub readiness: Readiness,
+    /// Where every RPC is counted ([`red`]).
+    pub metrics: RpcMetrics,
+}
+
+/// Serves `routes` (the service's gRPC servers) plus health and reflection on `listener` until
+/// `shutdown` fires, then: health NOT_SERVING and readiness cleared, no new connections,
+/// in-flight RPCs drained for at most `settings.drain_timeout_ms`. Every RPC is counted in
+/// `serving.metrics`.
 ///
 /// # Errors
 /// The transport failed or the reflection descriptors are invalid.
-pub async fn serve_grpc(
-    routes: Routes,
-    service_names: &[&str],
-    long_running: &[&str],
-    listener: TcpListener,
-    settings: &ServerSettings,
-    readiness: Readiness,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn serve_grpc(routes: Routes, listener: TcpListener, serving: GrpcServing<'_>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let GrpcServing { service_names, long_running, settings, readiness, metrics } = serving;
     let (reporter, health) = tonic_health::server::health_reporter();
     for name in service_names.iter().chain(std::iter::once(&"")) {
         reporter.set_service_status(*name, ServingStatus::Serving).await;
@@ -190,6 +197,7 @@ pub async fn serve_grpc(
     let server = tonic::transport::Server::builder()
         .accept_http1(true)
         .layer(tonic_web::GrpcWebLayer::new())
+        .layer(red::RpcMetricsLayer(metrics))
         .trace_fn(rpc_span)
         .load_shed(true)
         .concurrency_limit_per_connection(settings.concurrency_limit_per_connection)

@@ -182,13 +182,21 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
 
     let readiness = Readiness::default();
     readiness.set(true);
+    let rpc_metrics = socialgraph_server::RpcMetrics::register(&registry)?;
     let admin = tokio::spawn(socialgraph_server::serve_admin(listeners.admin, registry, readiness.clone(), loops.clone()));
     let settings = ServerSettings::with_ports(0, 0);
     let relation_routes = socialgraph_relation::routes(relations, Some(config.admin_token.clone()));
     let projection_routes = projection.routes(Some(config.admin_token.clone()));
     let counter_routes = socialgraph_counter::routes(backend, Some(config.admin_token.clone()));
     let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
-        socialgraph_server::serve_grpc(routes, names, long_running, listener, &settings, readiness.clone(), shutdown.clone())
+        let serving = socialgraph_server::GrpcServing {
+            service_names: names,
+            long_running,
+            settings: &settings,
+            readiness: readiness.clone(),
+            metrics: rpc_metrics.clone(),
+        };
+        socialgraph_server::serve_grpc(routes, listener, serving, shutdown.clone())
     };
     let (r, p, c) = tokio::join!(
         serve(relation_routes, &[socialgraph_relation::SERVICE_NAME], socialgraph_relation::LONG_RUNNING, listeners.relation),

@@ -106,9 +106,22 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
 
     let readiness = Readiness::default();
     readiness.set(true);
+    let rpc_metrics = socialgraph_server::RpcMetrics::register(&registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = routes(relations, config.auth.admin_token.clone());
-    let served = socialgraph_server::serve_grpc(routes, &[SERVICE_NAME], LONG_RUNNING, grpc, &config.server, readiness, shutdown).await;
+    let served = socialgraph_server::serve_grpc(
+        routes,
+        grpc,
+        socialgraph_server::GrpcServing {
+            service_names: &[SERVICE_NAME],
+            long_running: LONG_RUNNING,
+            settings: &config.server,
+            readiness,
+            metrics: rpc_metrics,
+        },
+        shutdown,
+    )
+    .await;
     loops.cancel();
     if let Some(relay) = relay {
         let _ = relay.await;
