@@ -39,7 +39,10 @@ COMPONENTS = SERVICES + (GATEWAY,)
 DEPLOYMENTS = ("relation", GATEWAY)
 
 # Kinds kubernetes-validate has no schema for, with the schema the tests hold for them.
-CUSTOM_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json"}
+CUSTOM_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+}
 
 
 @lru_cache(maxsize=1)

@@ -51,6 +51,10 @@ def variants() -> dict[str, dict]:
         ),
         "network-policy-without-callers": {"networkPolicy": {"enabled": True}},
         "without-gateway": merged(prod, {"gateway": {"enabled": False}}),
+        # The alerts (PrometheusRule) and the Grafana dashboard ConfigMap, as production would run them.
+        "production-with-alerts-and-dashboard": merged(prod, {
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+            "grafanaDashboard": {"enabled": True}}),
         "gateway-fixed-replicas-custom-ports": {
             "gateway": {"autoscaling": {"enabled": False}, "replicas": 3, "ports": {"http": 8000, "admin": 9000},
                         "pdb": {"minAvailable": 2}, "extraEnv": [{"name": "SG_TRACE_FILTER", "value": "debug"}]},
@@ -74,7 +78,7 @@ def production() -> chartlib.Rendered:
 # --- lint and strict validation ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
+@pytest.mark.parametrize("variant", ["default", "production", "all-inline", "production-with-alerts-and-dashboard"])
 def test_chart_lints_clean(variant):
     report = chartlib.lint(VARIANTS[variant])
     problems = [m for m in report["messages"] if m["severity"] >= 2]

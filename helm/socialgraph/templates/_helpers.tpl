@@ -267,3 +267,21 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end -}}
+
+{{/*
+PromQL label matchers of the series of some of this release's components, as the chart's
+ServiceMonitors label them: namespace="<release namespace>", service="<prefix>-<name>" (one
+component) or service=~"<prefix>-a|<prefix>-b" (several). Argument: (list $ "relation" ...).
+*/}}
+{{- define "socialgraph.promSelector" -}}
+{{- $root := index . 0 -}}
+{{- $names := list -}}
+{{- range $name := rest . -}}
+{{- $names = append $names (include "socialgraph.componentName" (dict "root" $root "name" $name)) -}}
+{{- end -}}
+{{- if eq (len $names) 1 -}}
+namespace="{{ $root.Release.Namespace }}", service="{{ first $names }}"
+{{- else -}}
+namespace="{{ $root.Release.Namespace }}", service=~"{{ join "|" $names }}"
+{{- end -}}
+{{- end -}}
