@@ -153,6 +153,22 @@ pub struct GrpcServing<'a> {
     pub metrics: RpcMetrics,
 }
 
+impl<'a> GrpcServing<'a> {
+    /// The serving of a process's one gRPC server, its RPC metrics registered in `registry`.
+    ///
+    /// # Errors
+    /// The RPC metrics are already registered there.
+    pub fn new(
+        service_names: &'a [&'a str],
+        long_running: &'a [&'a str],
+        settings: &'a ServerSettings,
+        readiness: Readiness,
+        registry: &prometheus::Registry,
+    ) -> prometheus::Result<Self> {
+        Ok(Self { service_names, long_running, settings, readiness, metrics: RpcMetrics::register(registry)? })
+    }
+}
+
 /// Serves `routes` (the service's gRPC servers) plus health and reflection on `listener` until
 /// `shutdown` fires, then: health NOT_SERVING and readiness cleared, no new connections,
 /// in-flight RPCs drained for at most `settings.drain_timeout_ms`. Every RPC is counted in

@@ -95,22 +95,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let ctx = ConsumeCtx { config: config.clone(), store, counters: Arc::clone(&counters), metrics, producer, lag, readiness: readiness.clone() };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let relay_task = tokio::spawn(relay.run(loops.clone()));
-    let rpc_metrics = socialgraph_server::RpcMetrics::register(&registry)?;
+    let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = routes(Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }), config.auth.admin_token.clone());
-    let served = socialgraph_server::serve_grpc(
-        routes,
-        grpc,
-        socialgraph_server::GrpcServing {
-            service_names: &[SERVICE_NAME],
-            long_running: &[],
-            settings: &config.server,
-            readiness,
-            metrics: rpc_metrics,
-        },
-        shutdown,
-    )
-    .await;
+    let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
     let _ = relay_task.await;

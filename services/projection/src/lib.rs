@@ -117,22 +117,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let loops = CancellationToken::new();
     let consumers = tokio::spawn(consume(config.clone(), Arc::clone(&parts.projector), progress.clone(), lag, readiness.clone(), loops.clone()));
     let drain = cache.map(|cache| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), cache, loops.clone())));
-    let rpc_metrics = socialgraph_server::RpcMetrics::register(&registry)?;
+    let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], LONG_RUNNING, &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = parts.routes(config.auth.admin_token.clone());
-    let served = socialgraph_server::serve_grpc(
-        routes,
-        grpc,
-        socialgraph_server::GrpcServing {
-            service_names: &[SERVICE_NAME],
-            long_running: LONG_RUNNING,
-            settings: &config.server,
-            readiness,
-            metrics: rpc_metrics,
-        },
-        shutdown,
-    )
-    .await;
+    let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
     if let Some(drain) = drain {

@@ -106,22 +106,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
 
     let readiness = Readiness::default();
     readiness.set(true);
-    let rpc_metrics = socialgraph_server::RpcMetrics::register(&registry)?;
+    let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], LONG_RUNNING, &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = routes(relations, config.auth.admin_token.clone());
-    let served = socialgraph_server::serve_grpc(
-        routes,
-        grpc,
-        socialgraph_server::GrpcServing {
-            service_names: &[SERVICE_NAME],
-            long_running: LONG_RUNNING,
-            settings: &config.server,
-            readiness,
-            metrics: rpc_metrics,
-        },
-        shutdown,
-    )
-    .await;
+    let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
     if let Some(relay) = relay {
         let _ = relay.await;
