@@ -102,8 +102,8 @@ def _alerts(rendered: chartlib.Rendered) -> dict[str, dict]:
     return {r["alert"]: r for r in rules}
 
 
-def _dashboard(rendered: chartlib.Rendered) -> dict:
-    cm = rendered.get("ConfigMap", DASHBOARD)
+def _dashboard(rendered: chartlib.Rendered, name: str = DASHBOARD) -> dict:
+    cm = rendered.get("ConfigMap", name)
     assert list(cm["data"]) == ["socialgraph.json"]
     return json.loads(cm["data"]["socialgraph.json"])
 
@@ -553,7 +553,7 @@ def _panels(dashboard: dict) -> list[dict]:
 
 def test_dashboard_queries_only_exported_metrics():
     dashboard = _dashboard(render(MONITORING))
-    assert dashboard["uid"] == "socialgraph" and dashboard["title"]
+    assert dashboard["uid"].startswith("sg-") and dashboard["title"]
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     for name in ("namespace", "service"):
@@ -592,7 +592,21 @@ def test_dashboard_file_is_packaged_unchanged():
     assert "dashboards/socialgraph.json" in files, ".helmignore drops the dashboard"
     source = (chartlib.CHART_DIR / "dashboards" / "socialgraph.json").read_text()
     assert json.loads(files["dashboards/socialgraph.json"]) == json.loads(source)
-    assert _dashboard(render(MONITORING)) == json.loads(source)
+    rendered = _dashboard(render(MONITORING))
+    release = {"uid": rendered.pop("uid"), "title": rendered.pop("title")}
+    expected = json.loads(source)
+    del expected["uid"], expected["title"]
+    assert rendered == expected, "only the uid and the title are the release's own"
+    assert release["title"] == f"socialgraph ({chartlib.NAMESPACE}/{chartlib.RELEASE})"
+    assert len(release["uid"]) <= 40
+
+
+def test_two_releases_get_two_dashboards():
+    one = _dashboard(render(MONITORING))
+    other = _dashboard(render(MONITORING, name="sg-canary"), "sg-canary-socialgraph-dashboard")
+    elsewhere = _dashboard(render(MONITORING, namespace="social-eu"))
+    assert len({one["uid"], other["uid"], elsewhere["uid"]}) == 3
+    assert len({one["title"], other["title"], elsewhere["title"]}) == 3
 
 
 # --- values.schema.json ---------------------------------------------------------------------------
