@@ -79,16 +79,27 @@ pub fn from_status(status: &tonic::Status, status_desc: &MessageDescriptor) -> R
     json_response(http_status(status.code(), reason.as_deref()), status_json(status, status_desc), retry_after)
 }
 
+/// A google.rpc.Status body in proto field order (code, message, details), as the services'
+/// errors print.
+#[derive(serde::Serialize)]
+struct StatusBody<'a> {
+    code: i32,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    details: Vec<serde_json::Value>,
+}
+
 /// An error found by the gateway itself (bad path, bad JSON, limits): `code` with `message`,
 /// and a google.rpc.BadRequest of `violations` (field, description) when there are any.
 pub fn gateway_error(http: StatusCode, code: Code, message: &str, violations: &[(String, String)]) -> Response {
-    let mut body = json!({"code": code as i32, "message": message});
+    let mut details = Vec::new();
     if !violations.is_empty() {
         let list: Vec<_> = violations.iter().map(|(f, d)| json!({"field": f, "description": d})).collect();
-        body["details"] = json!([{"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": list}]);
+        details.push(json!({"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": list}));
     }
+    let body = serde_json::to_string(&StatusBody { code: code as i32, message, details }).unwrap_or_default();
     let retry = (http == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
-    json_response(http, body.to_string(), retry)
+    json_response(http, body, retry)
 }
 
 #[cfg(test)]
@@ -109,14 +120,17 @@ mod tests {
         assert_eq!(http_status(Code::Cancelled, None).as_u16(), 499);
     }
 
-    #[test]
-    fn a_status_with_details_prints_them_decoded_with_retry_after() -> Result<(), Box<dyn std::error::Error>> {
+    #[tokio::test]
+    async fn a_status_with_details_prints_them_decoded_with_retry_after() -> Result<(), Box<dyn std::error::Error>> {
         let pool = socialgraph_httpapi::pool()?;
         let desc = pool.get_message_by_name("google.rpc.Status").ok_or("no google.rpc.Status")?;
         let details = tonic_types::ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(1500)));
         let mut details = details;
         details.set_error_info("RATE_LIMITED", "socialgraph", std::collections::HashMap::new());
         let status = tonic::Status::with_error_details(Code::ResourceExhausted, "slow down", details);
+        let own = gateway_error(StatusCode::BAD_REQUEST, Code::InvalidArgument, "no", &[("f".into(), "d".into())]);
+        let own = axum::body::to_bytes(own.into_body(), 1 << 16).await?;
+        assert!(own.starts_with(br#"{"code":3,"message":"no","details":["#), "the gateway's own errors keep the field order too");
         let response = from_status(&status, &desc);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");

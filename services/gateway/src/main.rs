@@ -26,8 +26,12 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(Command::Openapi) = cli.command {
-        print!("{}", socialgraph_gateway::OPENAPI_JSON);
-        return Ok(());
+        // A closed pipe (`gateway openapi | head`) ends the output quietly.
+        use std::io::Write;
+        return match std::io::stdout().write_all(socialgraph_gateway::OPENAPI_JSON.as_bytes()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(()),
+        };
     }
     let config: socialgraph_gateway::Config = socialgraph_server::load_config(cli.config.as_deref())?;
     config.validate()?;
