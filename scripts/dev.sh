@@ -108,9 +108,8 @@ http://127.0.0.1:9100/metrics. Try next:
   $BIN common $VIEWER $USER_ID --json
   $BIN status
   curl -s 'http://127.0.0.1:8080/v1/users/$USER_ID/followers?page_size=3'
-  curl -s -X POST http://127.0.0.1:8080/v1/users/$VIEWER/following/$USER_ID     (a write: the
-  curl -s -X DELETE http://127.0.0.1:8080/v1/users/$VIEWER/following/$USER_ID    next make run
-                                                     verifies against the file, so undo it)
+  curl -s -X POST http://127.0.0.1:8080/v1/users/$VIEWER/following/$USER_ID
+  curl -s -X DELETE http://127.0.0.1:8080/v1/users/$VIEWER/following/$USER_ID   (undoes it: make run verifies against the file)
   .venv/bin/grpcurl -plaintext 127.0.0.1:50051 list     (after make deps)
 Stop it with: make stop
 MSG
