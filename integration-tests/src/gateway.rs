@@ -25,6 +25,8 @@ pub struct GatewaySvc {
     pub task: JoinHandle<anyhow::Result<()>>,
     /// `Service.Method` of every route called through [`GatewaySvc::call`].
     pub called: Mutex<BTreeSet<String>>,
+    /// The route table, read once, to name the route of each call.
+    routes: Vec<socialgraph_httpapi::Route>,
     client: reqwest::Client,
 }
 
@@ -68,7 +70,8 @@ pub async fn spawn_gateway(mesh: &Mesh, tweak: impl FnOnce(&mut GatewayConfig)) 
         async move { Ok(client.get(url).send().await.ok().filter(|r| r.status().is_success()).map(|_| ())) }
     })
     .await?;
-    Ok(GatewaySvc { base, admin: admin_base, shutdown, task, called: Mutex::new(BTreeSet::new()), client })
+    let routes = socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?;
+    Ok(GatewaySvc { base, admin: admin_base, shutdown, task, called: Mutex::new(BTreeSet::new()), routes, client })
 }
 
 impl GatewaySvc {
@@ -77,9 +80,8 @@ impl GatewaySvc {
     /// # Errors
     /// The request could not be sent.
     pub async fn call_with(&self, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> anyhow::Result<Answer> {
-        let routes = socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?;
         let bare = path.split('?').next().unwrap_or(path);
-        if let Some(r) = routes.iter().find(|r| r.method == method.as_str() && r.template.matches(bare).is_some()) {
+        if let Some(r) = self.routes.iter().find(|r| r.method == method.as_str() && r.template.matches(bare).is_some()) {
             self.called.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.insert(r.label());
         }
         let mut req = self.client.request(method, format!("{}{path}", self.base));

@@ -191,7 +191,7 @@ fn agrees_with_path(object: &Map<String, Value>, field: &FieldDescriptor, text: 
 /// its JSON value, and the object (created as needed) and key it goes under.
 struct Slot<'a> {
     name: String,
-    repeated: bool,
+    field: FieldDescriptor,
     value: Value,
     object: &'a mut Map<String, Value>,
     key: String,
@@ -206,7 +206,7 @@ fn slot<'a>(root: &'a mut Map<String, Value>, route: &Route, path: &[String], te
     let value = scalar(&field, &name, text)?;
     let (key, parents) = names.split_last().ok_or_else(|| bad(&name, "empty field path"))?;
     let object = object_at(root, parents, &name)?;
-    Ok(Slot { key: key.clone(), repeated: field.is_list(), value, object, name })
+    Ok(Slot { key: key.clone(), field, value, object, name })
 }
 
 /// The request message of `route` from its path `bindings`, the raw `query` string and `body`.
@@ -222,9 +222,9 @@ pub fn request_message(route: &Route, bindings: &Bindings, query: Option<&str>, 
     }
     let mut bound = Vec::new();
     for (path, text) in bindings {
-        let (_, field) = resolve(route, path)?;
         let s = slot(&mut root, route, path, text)?;
-        if !agrees_with_path(s.object, &field, text) {
+        let field = &s.field;
+        if !agrees_with_path(s.object, field, text) {
             return Err(bad(&s.name, "the body gives another value than the path"));
         }
         // The path's value stands under the proto name; a body's JSON spelling goes.
@@ -241,9 +241,9 @@ pub fn request_message(route: &Route, bindings: &Bindings, query: Option<&str>, 
             return Err(bad(&s.name, "already given in the path"));
         }
         match s.object.get_mut(&s.key) {
-            Some(Value::Array(items)) if s.repeated => items.push(s.value),
+            Some(Value::Array(items)) if s.field.is_list() => items.push(s.value),
             Some(_) => return Err(bad(&s.name, "given more than once")),
-            None if s.repeated => {
+            None if s.field.is_list() => {
                 s.object.insert(s.key, Value::Array(vec![s.value]));
             }
             None => {

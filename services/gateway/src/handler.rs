@@ -207,22 +207,27 @@ async fn dispatch(gw: &Gateway, req: Request, started: Instant) -> (String, Resp
 }
 
 /// The W3C headers of `span`, to send upstream and to echo as `traceresponse`.
-fn trace_headers(span: &tracing::Span) -> std::collections::BTreeMap<String, String> {
+pub fn trace_headers(span: &tracing::Span) -> std::collections::BTreeMap<String, String> {
     let mut headers = std::collections::BTreeMap::new();
     socialgraph_telemetry::inject_headers(span, &mut headers);
     headers
 }
 
 /// The gRPC request for `message`: the caller's `authorization`, the gateway span's trace
-/// context and the request deadline.
-pub fn grpc_request(message: &DynamicMessage, headers: &HeaderMap, span: &tracing::Span, timeout: Duration) -> tonic::Request<Bytes> {
+/// context (`trace`, from [`trace_headers`]) and the request deadline.
+pub fn grpc_request(
+    message: &DynamicMessage,
+    headers: &HeaderMap,
+    trace: &std::collections::BTreeMap<String, String>,
+    timeout: Duration,
+) -> tonic::Request<Bytes> {
     let mut request = tonic::Request::new(Bytes::from(message.encode_to_vec()));
     request.set_timeout(timeout);
     let metadata = request.metadata_mut();
     if let Some(auth) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
         metadata.insert("authorization", auth);
     }
-    for (k, v) in trace_headers(span) {
+    for (k, v) in trace {
         if let (Ok(k), Ok(v)) = (k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>(), v.parse()) {
             metadata.insert(k, v);
         }
@@ -285,8 +290,8 @@ async fn call(
     if remaining.is_zero() {
         return timed_out();
     }
-    let traceresponse = trace_headers(span).remove("traceparent");
-    let answer = tokio::time::timeout(remaining, pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, span, remaining))).await;
+    let trace = trace_headers(span);
+    let answer = tokio::time::timeout(remaining, pool.unary(&route.grpc_path(), grpc_request(&message, &parts.headers, &trace, remaining))).await;
     let mut response = match answer {
         Err(_) => timed_out(),
         Ok(Ok(bytes)) => match DynamicMessage::decode(route.rpc.output(), bytes) {
@@ -307,7 +312,7 @@ async fn call(
         }
         Ok(Err(status)) => from_status(&status, &gw.status_desc),
     };
-    if let Some(v) = traceresponse.and_then(|v| HeaderValue::from_str(&v).ok()) {
+    if let Some(v) = trace.get("traceparent").and_then(|v| HeaderValue::from_str(v).ok()) {
         response.headers_mut().insert("traceresponse", v);
     }
     if parts.method == Method::HEAD {
@@ -331,7 +336,7 @@ mod tests {
         socialgraph_telemetry::set_parent_from_metadata(&span, &tonic::metadata::MetadataMap::from_headers(headers.clone()));
         let pool = socialgraph_httpapi::pool().expect("descriptors");
         let desc = pool.get_message_by_name("socialgraph.relation.v1.FollowRequest").expect("FollowRequest");
-        let request = grpc_request(&DynamicMessage::new(desc), &headers, &span, Duration::from_secs(3));
+        let request = grpc_request(&DynamicMessage::new(desc), &headers, &trace_headers(&span), Duration::from_secs(3));
         let md = request.metadata();
         assert_eq!(md.get("authorization").and_then(|v| v.to_str().ok()), Some("Bearer s3cret"));
         let traceparent = md.get("traceparent").and_then(|v| v.to_str().ok()).expect("traceparent sent upstream");
