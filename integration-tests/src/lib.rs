@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 
 pub mod cache;
 pub mod facts;
+pub mod feeds;
 pub mod gateway;
 mod mesh;
 pub mod model;
@@ -190,6 +191,7 @@ pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> Pro
     c.cache = cache_settings(topic);
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
+    c.kafka.content_topic = format!("{topic}.content");
     c.kafka.partitions = 4;
     c.database.max_connections = 6;
     c.relation.url = format!("http://{relation}");
@@ -212,7 +214,8 @@ pub async fn projection_caught_up(svc: &Svc, brokers: &[String], topic: &str, de
         async move {
             let hw = socialgraph_testkit::kafka::high_watermarks(kafka, topic).await?;
             let status = client.get_projection_status(GetProjectionStatusRequest {}).await?.into_inner();
-            let applied: std::collections::BTreeMap<i32, i64> = status.partitions.iter().map(|p| (p.partition, p.next_offset)).collect();
+            let applied: std::collections::BTreeMap<i32, i64> =
+                status.partitions.iter().filter(|p| p.topic == topic).map(|p| (p.partition, p.next_offset)).collect();
             Ok((!hw.is_empty() && hw.iter().all(|(p, h)| applied.get(p) == Some(h))).then_some(()))
         }
     })

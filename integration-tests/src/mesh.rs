@@ -141,6 +141,7 @@ impl Mesh {
         let relation = spawn_relation(rc).await?;
         let mut pc = projection_config(&db.url, &topics.relation, relation.addr);
         pc.kafka.brokers = brokers.to_vec();
+        pc.kafka.content_topic = topics.content.clone();
         tune(&mut pc.cache);
         let projection = spawn_projection(pc).await?;
         let prefix = socialgraph_testkit::unique("c") + ":";
@@ -160,6 +161,7 @@ impl Mesh {
     pub fn projection_config(&self) -> ProjectionConfig {
         let mut c = projection_config(&self.db.url, &self.topics.relation, self.relation.addr);
         c.kafka.brokers = self.brokers.clone();
+        c.kafka.content_topic = self.topics.content.clone();
         c
     }
 

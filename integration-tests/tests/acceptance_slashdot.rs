@@ -50,7 +50,7 @@ fn spawn_monitor(m: &Mesh, every: Duration) -> (tokio::task::JoinHandle<()>, tok
                     Ok(mut c) => c
                         .get_projection_status(socialgraph_proto::projection::v1::GetProjectionStatusRequest {})
                         .await
-                        .map(|r| r.into_inner().partitions.iter().map(|p| p.next_offset).sum::<i64>())
+                        .map(|r| r.into_inner().partitions.iter().filter(|p| p.topic == topic).map(|p| p.next_offset).sum::<i64>())
                         .unwrap_or(-1),
                     Err(_) => -1,
                 };

@@ -24,6 +24,7 @@ mod m20261201_000012_create_account;
 mod m20261201_000013_create_follow_request;
 mod m20261201_000014_create_cache_stale;
 mod m20261201_000015_create_block_blocked_index;
+mod m20261202_000001_create_feed;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000013_create_follow_request::Migration),
             Box::new(m20261201_000014_create_cache_stale::Migration),
             Box::new(m20261201_000015_create_block_blocked_index::Migration),
+            Box::new(m20261202_000001_create_feed::Migration),
         ]
     }
 }

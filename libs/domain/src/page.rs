@@ -54,6 +54,10 @@ pub enum ListKind {
     IncomingRequests = 7,
     /// `ListFollowRequests(user_id, OUTGOING)`.
     OutgoingRequests = 8,
+    /// `GetTimeline(user_id)` (cursor: post time and post id).
+    Timeline = 9,
+    /// `ListAuthorPosts(author_id)` (cursor: post time and post id).
+    AuthorPosts = 10,
 }
 
 /// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`) descending.

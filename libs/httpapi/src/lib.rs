@@ -81,6 +81,7 @@ mod tests {
             [
                 "CounterService.RebuildEntityCounts",
                 "CounterService.RebuildUserCounters",
+                "FeedService.RebuildInboxes",
                 "ProjectionService.Rebuild",
                 "RelationService.ImportFollows",
                 "RelationService.ScanEdges",

@@ -43,4 +43,12 @@ pub mod counter {
     }
 }
 
+/// FeedService: home timelines (push, pull, hybrid) and the post entry point.
+pub mod feed {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("socialgraph.feed.v1");
+    }
+}
+
 pub use prost_types::Timestamp;

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod cas;
 pub mod counts;
 pub mod edges;
+pub mod feed;
 pub mod leader;
 pub mod offsets;
 pub mod outbox;

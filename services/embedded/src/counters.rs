@@ -124,7 +124,10 @@ impl SqlCounters {
                     vec![followings.into(), followers.into(), likes.into(), favs.into(), position.into(), user_id.into()],
                 ))
                 .await?;
-                let posts = count(txn, "SELECT posts FROM user_counter WHERE user_id = ?", vec![user_id.into()]).await?;
+                // Posts are kept by the feed's consumer with the `post` table in its transactions,
+                // so the table's live rows are the count at every commit.
+                let posts = count(txn, "SELECT COUNT(*) FROM post WHERE author_id = ? AND deleted = 0", vec![user_id.into()]).await?;
+                txn.execute_raw(stmt("UPDATE user_counter SET posts = ? WHERE user_id = ?", vec![posts.into(), user_id.into()])).await?;
                 Ok(Sds([clamp(followings), clamp(followers), clamp(posts), clamp(likes), clamp(favs)]))
             })
         })

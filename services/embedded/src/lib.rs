@@ -5,6 +5,8 @@
 //!   Redis) and without a relay: the outbox table is the event log ([`log`]).
 //! - ProjectionService is projection-svc's own service and apply code; its consumer reads the
 //!   relation events from the log instead of Kafka (offsets = outbox ids, one partition).
+//! - FeedService is projection-svc's feed: PublishPost/DeletePost append content events to the
+//!   log, its consumer and push worker run here, and it keeps the posts counter.
 //! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]).
 //!
 //! State lives in the SQLite file and survives a restart; consumers resume from the offsets
@@ -158,8 +160,29 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
     let projection_config = projection_config(&config, &relation_topic);
-    let projection =
-        socialgraph_projection::build(db.clone(), &projection_config, RelationServiceClient::new(channel), progress.clone(), None, &registry)?;
+    let content_topic = socialgraph_events::CONTENT_TOPIC.to_owned();
+    let content_log = Arc::new(log::OutboxContentLog { db: db.clone(), topic: content_topic.clone(), wake: Arc::clone(&log_wake) });
+    let mut projection = socialgraph_projection::build(
+        db.clone(),
+        &projection_config,
+        RelationServiceClient::new(channel),
+        progress.clone(),
+        None,
+        content_log,
+        &registry,
+    )?;
+    // The posts counter lives beside the posts here: the feed's consumer keeps it.
+    projection.ingest = Arc::new(socialgraph_projection::feed::ingest::Ingest { feed: Arc::clone(&projection.feed), count_posts: true });
+    let content_loop = tokio::spawn(log::consume(
+        db.clone(),
+        content_topic.clone(),
+        vec![content_topic],
+        Arc::clone(&projection.ingest),
+        progress.clone(),
+        Arc::clone(&log_wake),
+        loops.clone(),
+    ));
+    let fanout_loop = tokio::spawn(socialgraph_projection::feed::fanout::run(Arc::clone(&projection.feed), vec![log::PARTITION], loops.clone()));
     let projector = Arc::clone(&projection.projector);
     let projection_loop = tokio::spawn(log::consume(
         db.clone(),
@@ -200,11 +223,11 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     };
     let (r, p, c) = tokio::join!(
         serve(relation_routes, &[socialgraph_relation::SERVICE_NAME], socialgraph_relation::LONG_RUNNING, listeners.relation),
-        serve(projection_routes, &[socialgraph_projection::SERVICE_NAME], socialgraph_projection::LONG_RUNNING, listeners.projection),
+        serve(projection_routes, socialgraph_projection::SERVICE_NAMES, socialgraph_projection::LONG_RUNNING, listeners.projection),
         serve(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter),
     );
     loops.cancel();
-    let _ = tokio::join!(projection_loop, counter_loop, admin, forward, account_jobs);
+    let _ = tokio::join!(projection_loop, content_loop, fanout_loop, counter_loop, admin, forward, account_jobs);
     db.close().await.ok();
     r.and(p).and(c)
 }

@@ -136,3 +136,30 @@ pub async fn consume<H: BatchHandler>(
         }
     }
 }
+
+/// PublishPost's and DeletePost's log in the embedded mode: the event becomes an outbox row of
+/// the content topic (key = author), and the log readers are woken.
+pub struct OutboxContentLog {
+    /// The SQLite database.
+    pub db: DatabaseConnection,
+    /// The content topic.
+    pub topic: String,
+    /// Wakes the log readers.
+    pub wake: Arc<Notify>,
+}
+
+#[tonic::async_trait]
+impl socialgraph_projection::feed::ContentLog for OutboxContentLog {
+    async fn append(&self, event: socialgraph_proto::events::v1::ContentEvent) -> Result<(), socialgraph_server::ApiError> {
+        let row = socialgraph_storage::outbox::NewOutboxRow {
+            topic: self.topic.clone(),
+            partition_key: event.author_id,
+            payload: prost::Message::encode_to_vec(&event),
+            headers: socialgraph_events::headers::encode(&socialgraph_events::headers::event_headers("socialgraph.events.v1.ContentEvent")),
+            created_at_ms: crate::now_ms(),
+        };
+        socialgraph_storage::outbox::insert(&self.db, &[row]).await.map_err(socialgraph_server::db_error)?;
+        self.wake.notify_waiters();
+        Ok(())
+    }
+}

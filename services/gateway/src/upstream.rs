@@ -100,7 +100,8 @@ impl Upstreams {
     pub fn for_service(&self, full_name: &str) -> Option<&Pool> {
         match full_name {
             "socialgraph.relation.v1.RelationService" => Some(&self.relation),
-            "socialgraph.projection.v1.ProjectionService" => Some(&self.projection),
+            // FeedService is served by projection-svc beside ProjectionService.
+            "socialgraph.projection.v1.ProjectionService" | "socialgraph.feed.v1.FeedService" => Some(&self.projection),
             "socialgraph.counter.v1.CounterService" => Some(&self.counter),
             _ => None,
         }

@@ -45,6 +45,8 @@ pub struct Projector {
     pub cache: Option<Arc<crate::cache::Caches>>,
     /// Batches applied to the cache, by `result` (ok, failed).
     pub cache_applies: IntCounterVec,
+    /// `[feed]`: inboxes follow the edges in the same transaction.
+    pub feed: crate::feed::FeedSettings,
 }
 
 impl Projector {
@@ -118,6 +120,7 @@ impl Projector {
             edges::get_many(&txn, EdgeTable::Follower, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let (mut inserts, mut changed) = (Vec::new(), 0u64);
         let mut deltas: HashMap<i64, CountDelta> = HashMap::new();
+        let (mut follows, mut unfollows) = (Vec::new(), Vec::new());
         for (key, edge) in newest {
             let old = match stored.get(key) {
                 None => {
@@ -135,6 +138,11 @@ impl Projector {
                 }
             };
             let d = counts::transition(old, edge.state);
+            match d {
+                1 => follows.push(*key),
+                -1 => unfollows.push(*key),
+                _ => {}
+            }
             if d != 0 {
                 deltas.entry(edge.follower_id).or_insert_with(|| CountDelta { user_id: edge.follower_id, ..CountDelta::default() }).followings += d;
                 deltas.entry(edge.followee_id).or_insert_with(|| CountDelta { user_id: edge.followee_id, ..CountDelta::default() }).followers += d;
@@ -148,6 +156,12 @@ impl Projector {
         // commit right after.
         let deltas: Vec<CountDelta> = deltas.into_values().collect();
         counts::add(&txn, &deltas).await?;
+        // After the counts: the followees' rows are locked, so a post of theirs is applied
+        // wholly before or wholly after this backfill (see crate::feed).
+        let followees: std::collections::HashSet<i64> = follows.iter().map(|(_, b)| *b).collect();
+        let unlocked: Vec<i64> =
+            deltas.iter().filter(|d| d.followers == 0 && d.followings == 0 && followees.contains(&d.user_id)).map(|d| d.user_id).collect();
+        crate::feed::ingest::on_edges(&txn, &self.feed, &follows, &unfollows, &unlocked).await?;
         offsets::store(&txn, &self.consumer, topic, position, crate::now_ms()).await?;
         txn.commit().await?;
         Ok(changed)

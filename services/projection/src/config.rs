@@ -24,6 +24,8 @@ pub struct Config {
     pub auth: AuthSettings,
     /// The cache Redis: following lists kept from the events (projection-svc applies them).
     pub cache: CacheSettings,
+    /// Home timelines (FeedService).
+    pub feed: crate::feed::FeedSettings,
 }
 
 impl Default for Config {
@@ -36,6 +38,7 @@ impl Default for Config {
             relation: RelationSettings::default(),
             auth: AuthSettings::default(),
             cache: CacheSettings::default(),
+            feed: crate::feed::FeedSettings::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod cache;
 pub mod config;
+pub mod feed;
 pub mod grpc;
 pub mod hot;
 pub mod service;
@@ -27,8 +28,11 @@ pub use config::Config;
 /// Full gRPC name of the service.
 pub const SERVICE_NAME: &str = "socialgraph.projection.v1.ProjectionService";
 
+/// The gRPC services a projection-svc server answers (health reports each).
+pub const SERVICE_NAMES: &[&str] = &[SERVICE_NAME, feed::SERVICE_NAME];
+
 /// Admin methods whose duration grows with the data: exempt from the request timeout.
-pub const LONG_RUNNING: &[&str] = &["/socialgraph.projection.v1.ProjectionService/Rebuild"];
+pub const LONG_RUNNING: &[&str] = &["/socialgraph.projection.v1.ProjectionService/Rebuild", "/socialgraph.feed.v1.FeedService/RebuildInboxes"];
 
 pub(crate) use socialgraph_domain::now_ms;
 
@@ -39,31 +43,40 @@ pub struct Parts {
     pub projection: Arc<service::Projection>,
     /// The effectively-once applier of relation events.
     pub projector: Arc<apply::Projector>,
+    /// Home timelines: reads, the post entry point, the push worker's state.
+    pub feed: Arc<feed::Feed>,
+    /// The effectively-once consumer of content events.
+    pub ingest: Arc<feed::ingest::Ingest>,
 }
 
 impl Parts {
-    /// ProjectionService's routes; Rebuild needs `Bearer <admin_token>` (unset refuses it).
+    /// ProjectionService's and FeedService's routes; Rebuild and RebuildInboxes need `Bearer
+    /// <admin_token>` (unset refuses them).
     pub fn routes(&self, admin_token: Option<secrecy::SecretString>) -> tonic::service::Routes {
-        tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(Arc::clone(&self.projection), admin_token)))
+        tonic::service::Routes::new(ProjectionServiceServer::new(grpc::ProjectionGrpc::new(Arc::clone(&self.projection), admin_token.clone())))
+            .add_service(feed::grpc::FeedGrpc::server(Arc::clone(&self.feed), admin_token))
     }
 }
 
 /// Builds projection-svc's [`Parts`] from `config` (consumer name, topic, page-token key,
 /// relation-svc's admin token) over `db`, reading the source through `relation` for rebuilds and
 /// reporting consumer progress into `progress`, keeping `cache` (the list caches;
-/// `None`: none) in step with the events. Registers `sg_projection_applied_total`,
-/// `sg_projection_skipped_total` and `sg_cache_applies_total` in `registry`.
+/// `None`: none) in step with the events, and appending posts to `content_log`. Registers
+/// `sg_projection_applied_total`, `sg_projection_skipped_total`, `sg_cache_applies_total`
+/// and the `sg_feed_*` metrics in `registry`.
 ///
 /// # Errors
-/// A metric of the same name is already registered.
+/// A metric of the same name is already registered; bad `[feed]` settings.
 pub fn build(
     db: sea_orm::DatabaseConnection,
     config: &Config,
     relation: RelationServiceClient<tonic::transport::Channel>,
     progress: Progress,
     cache: Option<socialgraph_cache::lists::ListCaches>,
+    content_log: Arc<dyn feed::ContentLog>,
     registry: &Registry,
 ) -> anyhow::Result<Parts> {
+    config.feed.validate().map_err(anyhow::Error::msg)?;
     let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
     let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
     let cache_applies =
@@ -80,18 +93,39 @@ pub fn build(
         }
         None => None,
     };
+    let token_key = socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref());
+    let relation = relation.max_decoding_message_size(64 * 1024 * 1024);
+    let feed = Arc::new(feed::Feed {
+        db: db.clone(),
+        settings: config.feed.clone(),
+        metrics: feed::FeedMetrics::register(registry)?,
+        log: content_log,
+        fanout_wake: Arc::new(tokio::sync::Notify::new()),
+        token_key: token_key.clone(),
+        relation: relation.clone(),
+        consumer: config.database.consumer_name.clone(),
+    });
+    let ingest = Arc::new(feed::ingest::Ingest { feed: Arc::clone(&feed), count_posts: false });
     let projection = Arc::new(service::Projection {
         cache: cache.clone(),
         db: db.clone(),
-        token_key: socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref()),
+        token_key: token_key.clone(),
         consumer: config.database.consumer_name.clone(),
         topic: config.kafka.relation_topic.clone(),
         progress,
-        relation: relation.max_decoding_message_size(64 * 1024 * 1024),
+        relation,
         relation_token: config.relation.admin_token.clone(),
     });
-    let projector = Arc::new(apply::Projector { db, consumer: config.database.consumer_name.clone(), applied, skipped, cache, cache_applies });
-    Ok(Parts { projection, projector })
+    let projector = Arc::new(apply::Projector {
+        db,
+        consumer: config.database.consumer_name.clone(),
+        applied,
+        skipped,
+        cache,
+        cache_applies,
+        feed: config.feed.clone(),
+    });
+    Ok(Parts { projection, projector, feed, ingest })
 }
 
 /// Runs projection-svc on `grpc` and `admin` until `shutdown` fires: drains RPCs, then stops
@@ -106,18 +140,22 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     }
     let registry = Registry::new();
-    let lag = IntGaugeVec::new(Opts::new("sg_projection_lag_records", "Records not yet applied, per partition"), &["partition"])?;
+    let lag = IntGaugeVec::new(Opts::new("sg_projection_lag_records", "Records not yet applied, per topic and partition"), &["topic", "partition"])?;
     registry.register(Box::new(lag.clone()))?;
     let progress: Progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
     let cache = config.cache.list_caches().context("cache.url")?;
-    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), &registry)?;
+    let k = &config.kafka;
+    let deadline = Duration::from_millis(k.request_deadline_ms);
+    let content_log = Arc::new(feed::KafkaContentLog::new(k.brokers.clone(), k.content_topic.clone(), k.partitions, deadline));
+    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), content_log, &registry)?;
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
-    let consumers = tokio::spawn(consume(config.clone(), Arc::clone(&parts.projector), progress.clone(), lag, readiness.clone(), loops.clone()));
+    let handlers = Handlers { projector: Arc::clone(&parts.projector), ingest: Arc::clone(&parts.ingest), feed: Arc::clone(&parts.feed) };
+    let consumers = tokio::spawn(consume(config.clone(), handlers, progress.clone(), lag, readiness.clone(), loops.clone()));
     let drain = cache.map(|cache| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), cache, loops.clone())));
-    let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], LONG_RUNNING, &config.server, readiness.clone(), &registry)?;
+    let serving = socialgraph_server::GrpcServing::new(SERVICE_NAMES, LONG_RUNNING, &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
     let routes = parts.routes(config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
@@ -131,48 +169,54 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     served
 }
 
-/// Connects to Kafka (retrying while it is down), makes sure the topic exists, starts one
-/// consumer per owned partition, and keeps readiness and lag metrics current.
-async fn consume(
-    config: Config,
+/// The consumers' handlers and the push worker's feed.
+struct Handlers {
     projector: Arc<apply::Projector>,
-    progress: Progress,
-    lag: IntGaugeVec,
-    readiness: Readiness,
-    cancel: CancellationToken,
-) {
+    ingest: Arc<feed::ingest::Ingest>,
+    feed: Arc<feed::Feed>,
+}
+
+/// Connects to Kafka (retrying while it is down), makes sure the relation and content topics
+/// exist, starts one consumer per owned partition of each and the push worker of the owned
+/// content partitions, and keeps readiness and lag metrics current.
+async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: IntGaugeVec, readiness: Readiness, cancel: CancellationToken) {
     let deadline = Duration::from_millis(config.kafka.request_deadline_ms);
-    let topic = config.kafka.relation_topic.clone();
+    let (relation, content) = (config.kafka.relation_topic.clone(), config.kafka.content_topic.clone());
+    let topics = [relation.as_str(), content.as_str()];
     let Some((client, counts)) =
-        socialgraph_events::kafka::connect_until_ready(&config.kafka.brokers, deadline, &[topic.as_str()], config.kafka.partitions, &cancel).await
+        socialgraph_events::kafka::connect_until_ready(&config.kafka.brokers, deadline, &topics, config.kafka.partitions, &cancel).await
     else {
         return;
     };
-    let total = counts.first().copied().unwrap_or(config.kafka.partitions);
     let client = Arc::new(client);
-    let owned = config.consumer.partitions.partitions(total);
-    tracing::info!(topic, ?owned, "consuming");
+    let mut owned_all = Vec::new();
     let mut tasks = Vec::new();
     let activity = Arc::new(tokio::sync::Notify::new());
-    for p in owned.iter().copied() {
-        tasks.push(tokio::spawn(run_partition(
-            Arc::clone(&client),
-            topic.clone(),
-            p,
-            Arc::clone(&projector),
-            progress.clone(),
-            config.consumer.clone(),
-            Arc::clone(&activity),
-            cancel.clone(),
-        )));
+    for (i, topic) in topics.iter().enumerate() {
+        let total = counts.get(i).copied().unwrap_or(config.kafka.partitions);
+        let owned = config.consumer.partitions.partitions(total);
+        tracing::info!(topic, ?owned, "consuming");
+        for p in owned.iter().copied() {
+            let (c, t, prog, s, a, cc) =
+                (Arc::clone(&client), topic.to_string(), progress.clone(), config.consumer.clone(), Arc::clone(&activity), cancel.clone());
+            tasks.push(if i == 0 {
+                tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.projector), prog, s, a, cc))
+            } else {
+                tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.ingest), prog, s, a, cc))
+            });
+            owned_all.push((topic.to_string(), p));
+        }
+        if i == 1 {
+            tasks.push(tokio::spawn(feed::fanout::run(Arc::clone(&handlers.feed), owned, cancel.clone())));
+        }
     }
     while !cancel.is_cancelled() {
         {
             let map = progress.read().await;
-            let running = owned.iter().all(|p| map.get(&(topic.clone(), *p)).is_some_and(|s| s.running));
+            let running = owned_all.iter().all(|key| map.get(key).is_some_and(|s| s.running));
             readiness.set(running);
-            for ((_, p), s) in map.iter() {
-                lag.with_label_values(&[&p.to_string()]).set(s.lag());
+            for ((topic, p), s) in map.iter() {
+                lag.with_label_values(&[topic, &p.to_string()]).set(s.lag());
             }
         }
         tokio::select! { _ = tokio::time::sleep(Duration::from_millis(200)) => {}, _ = cancel.cancelled() => {} }

@@ -270,6 +270,77 @@ pub async fn load_likes(endpoints: &Endpoints, path: &Path, opts: &LikeOptions, 
     Ok(())
 }
 
+/// `load posts FILE`: publishes every post of the file; prints the summary.
+///
+/// # Errors
+/// File, connection and RPC errors.
+pub async fn load_posts(endpoints: &Endpoints, path: &Path, concurrency: usize, json: bool, progress: bool) -> CliResult<()> {
+    let posts = crate::posts::read_posts(path)?;
+    let bar = progress_bar(progress && !json, "posts");
+    let s = crate::posts::load_posts(endpoints, &posts, concurrency, &bar).await?;
+    if json {
+        print_json(&s);
+        return Ok(());
+    }
+    let rows =
+        [("posts published", s.posts.to_string()), ("elapsed", format!("{:.1} s", s.elapsed_secs)), ("posts/s", format!("{:.0}", s.posts_per_sec))];
+    out!("{}", output::key_values(&rows));
+    Ok(())
+}
+
+/// `post AUTHOR POST_ID [--at SECONDS]`.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn post(endpoints: &Endpoints, author_id: i64, post_id: i64, at_secs: Option<i64>, json: bool) -> CliResult<()> {
+    let created_at_ms = at_secs.map_or_else(socialgraph_domain::now_ms, |s| s.saturating_mul(1000));
+    let p = crate::posts::Post { author_id, post_id, created_at_ms };
+    crate::posts::publish(&endpoints.feed().await?, p).await?;
+    if json {
+        print_json(&json!({ "author_id": author_id, "post_id": post_id, "created_at": output::rfc3339(created_at_ms) }));
+    } else {
+        out!("published post {post_id} of {author_id} at {}", output::rfc3339(created_at_ms));
+    }
+    Ok(())
+}
+
+/// `delete-post AUTHOR POST_ID`.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn delete_post(endpoints: &Endpoints, author_id: i64, post_id: i64, json: bool) -> CliResult<()> {
+    let req = socialgraph_proto::feed::v1::DeletePostRequest { author_id, post_id };
+    endpoints.feed().await?.delete_post(req).await.map_err(|s| crate::error::CliError::rpc(crate::endpoints::PROJECTION, s))?;
+    if json {
+        print_json(&json!({ "author_id": author_id, "post_id": post_id, "deleted": true }));
+    } else {
+        out!("deleted post {post_id} of {author_id}");
+    }
+    Ok(())
+}
+
+/// `timeline USER`: one page (or every page) of the home timeline.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn timeline(endpoints: &Endpoints, user_id: i64, paging: Paging, json: bool) -> CliResult<()> {
+    let size = paging.page_size.unwrap_or(if paging.all { 1000 } else { 0 });
+    let (posts, next) = crate::posts::timeline(endpoints, user_id, size, paging.page_token, paging.all).await?;
+    let at = |p: &socialgraph_proto::feed::v1::TimelinePost| p.created_at.as_ref().map(socialgraph_domain::timestamp_to_ms).map(output::rfc3339);
+    if json {
+        let items: Vec<_> = posts.iter().map(|p| json!({ "post_id": p.post_id, "author_id": p.author_id, "created_at": at(p) })).collect();
+        print_json(&json!({ "posts": items, "next_page_token": next }));
+        return Ok(());
+    }
+    for p in &posts {
+        out!("{:>20}  {:>20}  {}", p.post_id, p.author_id, at(p).unwrap_or_default());
+    }
+    if !next.is_empty() {
+        out!("next page token: {next}");
+    }
+    Ok(())
+}
+
 /// Verifies the mesh against a file; prints mismatches and the summary. Returns whether
 /// everything agreed.
 ///

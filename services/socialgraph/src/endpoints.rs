@@ -66,6 +66,15 @@ impl Endpoints {
         Ok(ProjectionServiceClient::new(channel(PROJECTION, &self.projection).await?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
+    /// A connected FeedService client (served by projection-svc).
+    ///
+    /// # Errors
+    /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
+    pub async fn feed(&self) -> CliResult<socialgraph_proto::feed::v1::feed_service_client::FeedServiceClient<Channel>> {
+        Ok(socialgraph_proto::feed::v1::feed_service_client::FeedServiceClient::new(channel(PROJECTION, &self.projection).await?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
     /// A connected CounterService client.
     ///
     /// # Errors

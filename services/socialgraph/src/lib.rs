@@ -28,6 +28,7 @@ pub mod input;
 pub mod likes;
 pub mod load;
 pub mod output;
+pub mod posts;
 pub mod query;
 pub mod rng;
 pub mod verify;

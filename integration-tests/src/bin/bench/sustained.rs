@@ -81,7 +81,7 @@ pub(crate) async fn run(a: &SustainedArgs) -> anyhow::Result<()> {
             let applied: i64 = projection
                 .get_projection_status(GetProjectionStatusRequest {})
                 .await
-                .map(|r| r.into_inner().partitions.iter().map(|p| p.next_offset).sum())
+                .map(|r| r.into_inner().partitions.iter().filter(|p| p.topic == mesh.topics.relation).map(|p| p.next_offset).sum())
                 .unwrap_or(0);
             let lag = hw - applied;
             (max_outbox, max_lag) = (max_outbox.max(outbox), max_lag.max(lag));

@@ -187,6 +187,28 @@ pub enum Command {
         #[arg(required = true, allow_negative_numbers = true)]
         ids: Vec<i64>,
     },
+    /// AUTHOR publishes POST_ID (now, or at --at Unix seconds).
+    Post {
+        /// The author.
+        #[arg(allow_negative_numbers = true)]
+        author: i64,
+        /// The post id (unique across authors).
+        #[arg(allow_negative_numbers = true)]
+        post_id: i64,
+        /// Publication time, Unix seconds (default now).
+        #[arg(long, allow_negative_numbers = true)]
+        at: Option<i64>,
+    },
+    /// AUTHOR deletes POST_ID: it leaves every timeline.
+    DeletePost(PairArgs),
+    /// USER's home timeline, newest post first.
+    Timeline {
+        /// The user.
+        #[arg(allow_negative_numbers = true)]
+        user: i64,
+        #[command(flatten)]
+        paging: PagingArgs,
+    },
     /// projection-svc's progress per partition (offsets, high watermark, lag).
     Status,
     /// Check the mesh against an edge file: counters, follower lists, familiar followers.
@@ -236,6 +258,18 @@ pub enum LoadCommand {
     Follows(LoadFollowsArgs),
     /// MovieLens ratings as likes and favourites.
     Likes(LoadLikesArgs),
+    /// Posts (`author post_id unix_seconds` lines, or an activity stream `actor target
+    /// unix_seconds kind` whose line numbers are the post ids) through PublishPost.
+    Posts {
+        /// The posts file (plain or .gz).
+        file: PathBuf,
+        /// Publishes in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
 }
 
 /// An edge file and how to read it (`load follows`, `verify`).

@@ -33,6 +33,12 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             commands::load_follows(e, &a.file.file, a.file.options(), a.options(), json, !a.no_progress).await?
         }
         Command::Load(LoadCommand::Likes(a)) => commands::load_likes(e, &a.file, &a.options(), json, !a.no_progress).await?,
+        Command::Load(LoadCommand::Posts { file, concurrency, no_progress }) => {
+            commands::load_posts(e, &file, concurrency, json, !no_progress).await?
+        }
+        Command::Post { author, post_id, at } => commands::post(e, author, post_id, at, json).await?,
+        Command::DeletePost(p) => commands::delete_post(e, p.user, p.other, json).await?,
+        Command::Timeline { user, paging } => commands::timeline(e, user, paging.into(), json).await?,
         Command::Following { user, paging } => commands::list(e, ListQuery::Following { user_id: user }, paging.into(), json).await?,
         Command::Followers { user, paging } => commands::list(e, ListQuery::Followers { user_id: user }, paging.into(), json).await?,
         Command::Common { user, other, paging } => {
