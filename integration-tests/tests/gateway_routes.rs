@@ -104,6 +104,28 @@ async fn projection_and_counter_routes(gw: &GatewaySvc, token: &str) -> anyhow::
     Ok(())
 }
 
+/// Posts and timelines (FeedService, served by projection-svc): 11 follows 13.
+async fn feed_routes(gw: &GatewaySvc) -> anyhow::Result<()> {
+    ok(gw, Method::POST, "/v1/users/13/posts/900", Some(json!({"createdAt": "2026-01-02T03:04:05Z"}))).await?;
+    socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the post to reach the timeline", || async {
+        let timeline = ok(gw, Method::GET, "/v1/users/11/timeline?page_size=10", None).await?;
+        let posts = ok(gw, Method::GET, "/v1/users/13/posts", None).await?;
+        let seen = ids(&timeline["posts"], "postId") == ["900"] && ids(&posts["posts"], "postId") == ["900"];
+        if seen {
+            assert_eq!(timeline["posts"][0]["createdAt"], "2026-01-02T03:04:05Z", "{timeline}");
+        }
+        Ok(seen.then_some(()))
+    })
+    .await?;
+    // Once the post is recorded, its id is 13's.
+    let taken = gw.call(Method::POST, "/v1/users/12/posts/900", Some(json!({}))).await?;
+    assert_eq!((taken.status, taken.reason()), (409, "POST_ID_TAKEN".to_owned()), "{}", taken.json);
+    ok(gw, Method::DELETE, "/v1/users/13/posts/900", None).await?;
+    let bad = gw.call(Method::GET, "/v1/users/0/timeline", None).await?;
+    assert_eq!(bad.status, 400, "{}", bad.json);
+    Ok(())
+}
+
 /// Blocks, mutes, removed followers, unfollows and account lifecycle.
 async fn restriction_and_account_routes(gw: &GatewaySvc) -> anyhow::Result<()> {
     ok(gw, Method::POST, "/v1/users/20/blocks/21", None).await?;
@@ -212,6 +234,7 @@ async fn every_route_answers_over_http_against_the_real_mesh() -> anyhow::Result
     let gw = spawn_gateway(&mesh, |_| {}).await?;
     let token = relation_routes(&gw).await?;
     projection_and_counter_routes(&gw, &token).await?;
+    feed_routes(&gw).await?;
     restriction_and_account_routes(&gw).await?;
     same_as_grpcurl(&gw, &mesh).await?;
     let all: std::collections::BTreeSet<String> =

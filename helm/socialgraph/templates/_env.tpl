@@ -84,6 +84,12 @@ SG_CACHE__RELATIONSHIP_MAX: {{ $svc.cache.relationshipMax | int64 | quote }}
 SG_CACHE__DEEP_PAGES_PER_SEC: {{ $svc.cache.deepPagesPerSec | int64 | quote }}
 SG_CACHE__HOT_READS_PER_SEC: {{ $svc.cache.hotReadsPerSec | int64 | quote }}
 SG_CACHE__HOT_STALENESS_MS: {{ $svc.cache.hotStalenessMs | int64 | quote }}
+SG_KAFKA__CONTENT_TOPIC: {{ $v.kafka.contentTopic | quote }}
+SG_FEED__MODE: {{ $svc.feed.mode | quote }}
+SG_FEED__PULL_THRESHOLD: {{ $svc.feed.pullThreshold | int64 | quote }}
+SG_FEED__INBOX_SIZE: {{ $svc.feed.inboxSize | int64 | quote }}
+SG_FEED__FANOUT_BATCH: {{ $svc.feed.fanoutBatch | int64 | quote }}
+SG_FEED__ENTITY_TYPE: {{ $svc.feed.entityType | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}

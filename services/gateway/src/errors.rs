@@ -12,7 +12,7 @@ use tonic_types::StatusExt;
 /// FAILED_PRECONDITION reasons that mean "conflicts with the current state of another
 /// resource" and answer 409 Conflict; every other FAILED_PRECONDITION (e.g. FOLLOWING_LIMIT)
 /// answers 400 as in the standard mapping.
-pub const CONFLICT_REASONS: &[&str] = &["BLOCKED", "ACCOUNT_INACTIVE", "ACCOUNT_DELETING"];
+pub const CONFLICT_REASONS: &[&str] = &["BLOCKED", "ACCOUNT_INACTIVE", "ACCOUNT_DELETING", "POST_ID_TAKEN"];
 
 /// The HTTP status of a gRPC `code`; `reason` is the ErrorInfo reason, if any.
 pub fn http_status(code: Code, reason: Option<&str>) -> StatusCode {

@@ -160,7 +160,7 @@ mod tests {
             ]
         );
         let err = parse_posts("1 2\n".as_bytes(), "t").unwrap_err().to_string();
-        assert!(err.contains("line 1"), "{err}");
+        assert!(err.starts_with("t:1:"), "{err}");
         let err = parse_posts("1 0 5\n".as_bytes(), "t").unwrap_err().to_string();
         assert!(err.contains("post_id"), "{err}");
     }

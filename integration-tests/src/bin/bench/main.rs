@@ -21,6 +21,7 @@ mod cache_followers;
 mod cache_joins;
 mod counters;
 mod falkordb;
+mod feeds;
 mod idle;
 mod import;
 mod likes;
@@ -72,6 +73,9 @@ enum Part {
     /// Following pages and relationship batches with the following-list cache warm, cold and
     /// off, beside ZREVRANGE/ZMSCORE and PostgreSQL.
     Cache(CacheArgs),
+    /// Publish throughput, inbox writes per post and fan-out rate at pull thresholds of 100,
+    /// 1,000 and 100,000 (vs a Redis ZADD pipeline); GetTimeline vs ZREVRANGE and a SQL pull.
+    Feeds(FeedsArgs),
     /// Every part, in order, with default settings (the sustained run included).
     All,
 }
@@ -169,6 +173,19 @@ struct CacheArgs {
 }
 
 #[derive(Parser, Clone)]
+struct FeedsArgs {
+    /// Posts published.
+    #[arg(long, default_value_t = 4_400)]
+    posts: usize,
+    /// PublishPost calls in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// GetTimeline reads per measured row.
+    #[arg(long, default_value_t = 1_000)]
+    reads: usize,
+}
+
+#[derive(Parser, Clone)]
 struct IdleArgs {
     /// Seconds measured in each configuration.
     #[arg(long, default_value_t = 30)]
@@ -210,6 +227,7 @@ async fn main() -> anyhow::Result<()> {
         Part::Idle(a) => idle::run(&a).await?,
         Part::Cache(a) => cache::run(&a).await?,
         Part::Sustained(a) => sustained::run(&a).await?,
+        Part::Feeds(a) => feeds::run(&a).await?,
         Part::All => {
             relation::run(&defaults()).await?;
             projection::run(&defaults()).await?;
@@ -219,6 +237,7 @@ async fn main() -> anyhow::Result<()> {
             import::run(&defaults()).await?;
             idle::run(&defaults()).await?;
             cache::run(&defaults()).await?;
+            feeds::run(&defaults()).await?;
             sustained::run(&defaults()).await?;
         }
     }
