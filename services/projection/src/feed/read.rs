@@ -72,12 +72,18 @@ impl Feed {
     /// relation-svc fails.
     pub async fn timeline(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<PostPage> {
         let req = page_request(&self.token_key, ListKind::Timeline, &[("user_id", user_id)], page_size, token)?;
-        let muted = self.mutes(user_id).await?;
         let before = key_of(req.after);
         let want = req.size + 1;
-        let state = feed::inbox_state(&self.db, user_id).await.map_err(db_error)?;
-        let mut posts = feed::timeline_part(&self.db, Part::Inbox, user_id, state.floor, before, &muted, want).await.map_err(db_error)?;
-        posts.extend(feed::timeline_part(&self.db, Part::Pulled, user_id, state.floor, before, &muted, want).await.map_err(db_error)?);
+        // The viewer's mutes (relation-svc) and inbox floor (database) at once, then the two
+        // parts above the floor at once.
+        let (muted, state) = tokio::join!(self.mutes(user_id), feed::inbox_state(&self.db, user_id));
+        let (muted, state) = (muted?, state.map_err(db_error)?);
+        let (inbox, pulled) = tokio::join!(
+            feed::timeline_part(&self.db, Part::Inbox, user_id, state.floor, before, &muted, want),
+            feed::timeline_part(&self.db, Part::Pulled, user_id, state.floor, before, &muted, want),
+        );
+        let mut posts = inbox.map_err(db_error)?;
+        posts.extend(pulled.map_err(db_error)?);
         posts.sort_by_key(|e| std::cmp::Reverse(e.key));
         posts.dedup_by_key(|e| e.key);
         posts.truncate(want);
