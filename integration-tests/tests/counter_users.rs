@@ -261,8 +261,9 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     (&mut m.counter.task).await??;
     let mut config = m.counter_config();
     // Rest periods are stored in whole seconds: 1 s could end a moment after it starts, and
-    // a loaded machine then checks (and repairs) before the drift below is read back.
-    config.counters.check_interval_secs = 4;
+    // a loaded machine then checks (and repairs) before the drift below is read back. The
+    // period must also outlast the wait below for the first check to finish.
+    config.counters.check_interval_secs = 8;
     m.counter = spawn_counter(config).await?;
     let mut rc = m.relation.client().await?;
     rc.follow(FollowRequest { follower_id: 1, followee_id: 2 }).await?;
@@ -286,7 +287,10 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!((2..=5).contains(&rest_s), "a rebuilt user rests one interval plus jitter (rest ends in {rest_s} s)");
+    assert!((6..=10).contains(&rest_s), "a rebuilt user rests one interval plus jitter (rest ends in {rest_s} s)");
+    // The rest period is set first and the check runs after it (a projection round trip): let
+    // that check finish, or it could overwrite the drift made below before it is read back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // Drift: followers of user 2 overwritten by hand, guard version untouched.
     let raw: Vec<u8> = redis::AsyncCommands::hget(&mut conn, keys.user_counters(2), 2).await?;
@@ -308,8 +312,9 @@ async fn the_sampled_check_repairs_drift_after_the_rest_period_and_counts_it() -
     .await?;
     let repairs = metric(&m.counter.metrics().await?, "sg_counter_repairs_total");
     assert_eq!(repairs, 1.0, "one repair counted");
-    // Counters that agree with the facts are left alone by later checks.
-    tokio::time::sleep(Duration::from_millis(6000)).await;
+    // Counters that agree with the facts are left alone by later checks (one is due after the
+    // rest period the repair started).
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
     c.batch_get_user_counters(BatchGetUserCountersRequest { user_ids: vec![1, 2, 3], ..Default::default() }).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(metric(&m.counter.metrics().await?, "sg_counter_repairs_total"), 1.0);

@@ -12,6 +12,8 @@ use socialgraph_integration_tests::*;
 use socialgraph_projection::feed::{FeedMode, FeedSettings};
 use socialgraph_proto::events::v1::ContentEvent;
 use socialgraph_proto::feed::v1::{DeletePostRequest, GetTimelineRequest, RebuildInboxesRequest, rebuild_inboxes_request};
+use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
+use socialgraph_proto::projection::v1::{RebuildRequest, rebuild_request};
 use socialgraph_proto::relation::v1::{BlockRequest, FollowRequest, ImportEdge, ImportFollowsRequest, MuteRequest, UnfollowRequest};
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
@@ -133,6 +135,12 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(bad.downcast_ref::<tonic::Status>().map(tonic::Status::code), Some(Code::InvalidArgument));
     let token = feed.get_timeline(GetTimelineRequest { user_id: 1, page_size: 1, page_token: "garbage".into() }).await.unwrap_err();
     assert_eq!((token.code(), reason(&token).as_str()), (Code::InvalidArgument, "BAD_PAGE_TOKEN"));
+    let future = socialgraph_domain::now_ms() + 86_400_000;
+    let late = publish(&mut feed, 10, 140, future).await.unwrap_err();
+    assert_eq!(late.downcast_ref::<tonic::Status>().map(tonic::Status::code), Some(Code::InvalidArgument), "a day ahead is refused");
+    // Another author cannot delete the post (the consumer also ignores such an event).
+    let theirs = feed.delete_post(DeletePostRequest { author_id: 11, post_id: 101 }).await.unwrap_err();
+    assert_eq!((theirs.code(), reason(&theirs).as_str()), (Code::FailedPrecondition, "POST_ID_TAKEN"));
     let mut deleted_again = d.mesh.feed(0).await?;
     deleted_again.delete_post(DeletePostRequest { author_id: 10, post_id: 102 }).await?;
     publish(&mut deleted_again, 10, 102, T0 + 2000).await?;
@@ -146,6 +154,16 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     let ids: Vec<i64> = first.posts.iter().chain(&second.posts).map(|p| p.post_id).collect();
     let expected: Vec<i64> = d.model.timeline(2).iter().map(|e| e.0).filter(|id| *id != 130).collect();
     assert_eq!(ids, expected, "pages neither repeat nor skip while a newer post arrives");
+
+    // A follower row lost from the projection and its inbox with it: Rebuild restores the row
+    // and the inbox follows, as for an applied follow.
+    let r = &d.mesh.replicas[0];
+    for sql in ["DELETE FROM follower WHERE follower_id = 6 AND followee_id = 10", "DELETE FROM inbox WHERE user_id = 6"] {
+        sea_orm::ConnectionTrait::execute_unprepared(&r.db.conn, sql).await?;
+    }
+    let mut projection = ProjectionServiceClient::new(r.svc.channel().await?);
+    projection.rebuild(admin(RebuildRequest { target: Some(rebuild_request::Target::UserId(6)) })).await?;
+    d.check([6], "a follow restored by Rebuild backfills the inbox").await?;
 
     // Copies of every content event at new offsets, then a full replay: nothing changes.
     let client = kafka::connect(&kafka::brokers()).await?;
@@ -185,7 +203,7 @@ async fn every_timeline_rule_holds_on_mariadb() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_projection_mid_push_resumes_without_losing_or_doubling() -> anyhow::Result<()> {
-    let push = FeedSettings { mode: FeedMode::Push, inbox_size: 50, fanout_batch: 7, ..FeedSettings::default() };
+    let push = FeedSettings { mode: FeedMode::Push, inbox_size: 50, fanout_batch: 40, ..FeedSettings::default() };
     let mut mesh = FeedMesh::start(Backend::Postgres, &[push]).await?;
     let mut model = FeedModel::default();
     // Two authors with 600 followers each.

@@ -56,7 +56,10 @@ pub fn is_retryable(err: &DbErr) -> bool {
         return true;
     }
     let text = err.to_string().to_ascii_lowercase();
-    ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy"].iter().any(|needle| text.contains(needle))
+    // "record has changed since last read": MariaDB ≥ 11.6's innodb_snapshot_isolation.
+    ["deadlock", "could not serialize", "lock wait timeout", "database is locked", "busy", "record has changed since last read"]
+        .iter()
+        .any(|needle| text.contains(needle))
 }
 
 /// An error that ends one attempt of a transaction, saying whether a new attempt can cure it.

@@ -47,6 +47,8 @@ pub struct Projector {
     pub cache_applies: IntCounterVec,
     /// `[feed]`: inboxes follow the edges in the same transaction.
     pub feed: crate::feed::FeedSettings,
+    /// The feed's metrics (backfilled inbox rows).
+    pub feed_metrics: Option<crate::feed::FeedMetrics>,
 }
 
 impl Projector {
@@ -161,9 +163,12 @@ impl Projector {
         let followees: std::collections::HashSet<i64> = follows.iter().map(|(_, b)| *b).collect();
         let unlocked: Vec<i64> =
             deltas.iter().filter(|d| d.followers == 0 && d.followings == 0 && followees.contains(&d.user_id)).map(|d| d.user_id).collect();
-        crate::feed::ingest::on_edges(&txn, &self.feed, &follows, &unfollows, &unlocked).await?;
+        let backfilled = crate::feed::ingest::on_edges(&txn, &self.feed, &follows, &unfollows, &unlocked).await?;
         offsets::store(&txn, &self.consumer, topic, position, crate::now_ms()).await?;
         txn.commit().await?;
+        if let Some(m) = &self.feed_metrics {
+            m.inbox_writes.with_label_values(&["backfill"]).inc_by(backfilled);
+        }
         Ok(changed)
     }
 }

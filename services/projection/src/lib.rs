@@ -114,6 +114,7 @@ pub fn build(
         topic: config.kafka.relation_topic.clone(),
         progress,
         relation,
+        feed: config.feed.clone(),
         relation_token: config.relation.admin_token.clone(),
     });
     let projector = Arc::new(apply::Projector {
@@ -124,6 +125,7 @@ pub fn build(
         cache,
         cache_applies,
         feed: config.feed.clone(),
+        feed_metrics: Some(feed.metrics.clone()),
     });
     Ok(Parts { projection, projector, feed, ingest })
 }

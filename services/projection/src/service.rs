@@ -34,6 +34,8 @@ pub struct Projection {
     pub relation_token: Option<SecretString>,
     /// The list caches (`None`: every read goes to the database).
     pub cache: Option<std::sync::Arc<crate::cache::Caches>>,
+    /// `[feed]`: a repaired follow backfills the inbox like an applied one.
+    pub feed: crate::feed::FeedSettings,
 }
 
 /// Edge counts with the offsets they reflect.
@@ -249,6 +251,13 @@ impl Projection {
             let d = socialgraph_storage::counts::transition(stored.map(|t| t.state), new_state);
             let deltas = [CountDelta { user_id: key.0, followings: d, followers: 0 }, CountDelta { user_id: key.1, followings: 0, followers: d }];
             socialgraph_storage::counts::add(&txn, &deltas).await.map_err(db_error)?;
+            // The inboxes follow the repaired edge as they follow an applied event.
+            let (follows, unfollows) = match d {
+                1 => (vec![key], Vec::new()),
+                -1 => (Vec::new(), vec![key]),
+                _ => (Vec::new(), Vec::new()),
+            };
+            crate::feed::ingest::on_edges(&txn, &self.feed, &follows, &unfollows, &[]).await.map_err(db_error)?;
         }
         txn.commit().await.map_err(db_error)
     }

@@ -22,6 +22,9 @@ use tracing::Instrument;
 
 use super::{Feed, FeedSettings};
 
+/// 9999-12-31T23:59:59.999Z: the last time a protobuf Timestamp can carry.
+const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
 /// Retries of one batch transaction that lost a race.
 const MAX_RETRIES: usize = 10;
 
@@ -59,6 +62,10 @@ impl Ingest {
             };
             socialgraph_telemetry::link_from_headers(span, &r.record.headers);
             let at = e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_else(|| r.record.timestamp.timestamp_millis());
+            if !(0..=MAX_TIME_MS).contains(&at) {
+                tracing::warn!(offset = r.offset, at, "skipping a content event whose time is outside 1970..9999");
+                continue;
+            }
             out.push(Change { published, entry: FeedEntry { key: FeedKey { created_at_ms: at, post_id: e.entity_id }, author_id: e.author_id } });
         }
         out
@@ -77,7 +84,8 @@ impl Ingest {
         for c in changes {
             let id = c.entry.key.post_id;
             if let Some(old) = stored.get(&id) {
-                if !c.published && !old.deleted && !deleted_existing.contains(&id) {
+                // Only the post's own author deletes it.
+                if !c.published && !old.deleted && old.entry.author_id == c.entry.author_id && !deleted_existing.contains(&id) {
                     deleted_existing.push(id);
                 }
                 continue;
@@ -171,8 +179,10 @@ pub async fn on_edges(
     unfollows: &[(i64, i64)],
     unlocked: &[i64],
 ) -> Result<u64, sea_orm::DbErr> {
+    let mut unfollows = unfollows.to_vec();
+    unfollows.sort_unstable();
     for (follower, followee) in unfollows {
-        feed::inbox_remove_author(txn, *follower, *followee).await?;
+        feed::inbox_remove_author(txn, follower, followee).await?;
     }
     if follows.is_empty() {
         return Ok(0);

@@ -17,8 +17,14 @@ use socialgraph_storage::feed::{self, FeedEntry, FeedKey, Part};
 
 use super::Feed;
 
+/// How far in the future a publish may date its post (clock skew between callers).
+pub const MAX_FUTURE_MS: i64 = 5 * 60 * 1000;
+
 /// Most mutes of a viewer a timeline leaves out (ten pages of ListMutes).
 pub const MAX_MUTES: usize = 10_000;
+
+/// Reads of a timeline page while trims keep moving the inbox floor under it.
+const MAX_FLOOR_RETRIES: usize = 5;
 
 /// Rows of a rebuild of every inbox per round.
 const REBUILD_ROUND: usize = 500;
@@ -75,15 +81,26 @@ impl Feed {
         let before = key_of(req.after);
         let want = req.size + 1;
         // The viewer's mutes (relation-svc) and inbox floor (database) at once, then the two
-        // parts above the floor at once.
+        // parts above the floor at once. A trim that commits between the floor and the parts
+        // moves the floor up and deletes the rows it passed, which neither part then shows:
+        // the floor is read again after the parts, and the page is read again if it moved.
         let (muted, state) = tokio::join!(self.mutes(user_id), feed::inbox_state(&self.db, user_id));
-        let (muted, state) = (muted?, state.map_err(db_error)?);
-        let (inbox, pulled) = tokio::join!(
-            feed::timeline_part(&self.db, Part::Inbox, user_id, state.floor, before, &muted, want),
-            feed::timeline_part(&self.db, Part::Pulled, user_id, state.floor, before, &muted, want),
-        );
-        let mut posts = inbox.map_err(db_error)?;
-        posts.extend(pulled.map_err(db_error)?);
+        let (muted, mut state) = (muted?, state.map_err(db_error)?);
+        let mut attempts = 0;
+        let mut posts = loop {
+            let (inbox, pulled) = tokio::join!(
+                feed::timeline_part(&self.db, Part::Inbox, user_id, state.floor, before, &muted, want),
+                feed::timeline_part(&self.db, Part::Pulled, user_id, state.floor, before, &muted, want),
+            );
+            let mut posts = inbox.map_err(db_error)?;
+            posts.extend(pulled.map_err(db_error)?);
+            let now = feed::inbox_state(&self.db, user_id).await.map_err(db_error)?;
+            attempts += 1;
+            if now.floor == state.floor || attempts >= MAX_FLOOR_RETRIES {
+                break posts;
+            }
+            state = now;
+        };
         posts.sort_by_key(|e| std::cmp::Reverse(e.key));
         posts.dedup_by_key(|e| e.key);
         posts.truncate(want);
@@ -119,6 +136,9 @@ impl Feed {
         }
         if created_at_ms < 0 {
             return Err(ApiError::invalid("created_at", "must not be before 1970-01-01T00:00:00Z"));
+        }
+        if created_at_ms > crate::now_ms() + MAX_FUTURE_MS {
+            return Err(ApiError::invalid("created_at", "must not be more than 5 minutes in the future"));
         }
         let stored = feed::get_posts(&self.db, &[post_id]).await.map_err(db_error)?;
         if let Some(row) = stored.get(&post_id) {
