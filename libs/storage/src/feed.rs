@@ -219,8 +219,7 @@ pub async fn advance_fanout<C: ConnectionTrait>(conn: &C, post_id: i64, next: Op
     conn.execute_unprepared(&sql).await.map(|_| ())
 }
 
-/// Queued pushes and the followers they still have to reach at most (an upper bound: the
-/// author's followers with a greater id than the cursor).
+/// How many pushes are queued (unfinished).
 ///
 /// # Errors
 /// Database errors.
