@@ -400,13 +400,13 @@ def test_cache_settings_become_the_documented_variables(default):
         "SG_CACHE__TTL_SECS": "3600", "SG_CACHE__FOLLOWING_MAX": "10000"}
     assert {k: v for k, v in projection.items() if k.startswith("SG_CACHE__")} == {
         "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100", "SG_CACHE__TTL_SECS": "3600",
-        "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
+        "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__POSTS_WINDOW": "1000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
         "SG_CACHE__DEEP_PAGES_PER_SEC": "50", "SG_CACHE__HOT_READS_PER_SEC": "50",
         "SG_CACHE__HOT_STALENESS_MS": "1000"}
     rendered = render({
         "cache": {"keyPrefix": "sg-cache:"},
         "relation": {"cache": {"poolSize": 8, "timeoutMs": 50, "ttlSecs": 86400, "followingMax": 20000000}},
-        "projection": {"cache": {"poolSize": 2, "timeoutMs": 250, "followersWindow": 50000, "deepPagesPerSec": 5}},
+        "projection": {"cache": {"poolSize": 2, "timeoutMs": 250, "followersWindow": 50000, "postsWindow": 200, "deepPagesPerSec": 5}},
     })
     relation, projection = (rendered.environment(n) for n in CACHE_READERS)
     assert relation["SG_CACHE__KEY_PREFIX"] == projection["SG_CACHE__KEY_PREFIX"] == "sg-cache:"
@@ -415,6 +415,7 @@ def test_cache_settings_become_the_documented_variables(default):
     assert relation["SG_CACHE__FOLLOWING_MAX"] == "20000000"  # no float notation
     assert projection["SG_CACHE__POOL_SIZE"] == "2" and projection["SG_CACHE__TIMEOUT_MS"] == "250"
     assert projection["SG_CACHE__FOLLOWERS_WINDOW"] == "50000" and projection["SG_CACHE__DEEP_PAGES_PER_SEC"] == "5"
+    assert projection["SG_CACHE__POSTS_WINDOW"] == "200"
 
 
 # --- configuration -------------------------------------------------------------------------

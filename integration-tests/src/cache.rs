@@ -28,7 +28,18 @@ fn id(m: &[u8]) -> i64 {
 /// # Errors
 /// The cache Redis is not reachable (run `make deps`).
 pub async fn cached_list(url: &str, prefix: &str, following: bool, user_id: i64) -> anyhow::Result<Option<CachedList>> {
-    let [set, versions, _] = Keys::new(prefix).list(following, user_id);
+    cached_set(url, Keys::new(prefix).list(following, user_id)).await
+}
+
+/// `author_id`'s cached post list (entries: post id, created_at ms), as [`cached_list`].
+///
+/// # Errors
+/// The cache Redis is not reachable (run `make deps`).
+pub async fn cached_posts(url: &str, prefix: &str, author_id: i64) -> anyhow::Result<Option<CachedList>> {
+    cached_set(url, Keys::list_of(Keys::new(prefix).posts(author_id))).await
+}
+
+async fn cached_set(url: &str, [set, versions, _]: [String; 3]) -> anyhow::Result<Option<CachedList>> {
     let mut conn = redis_conn(url).await?;
     let (state, n, bs, bm): (Option<String>, Option<i64>, Option<f64>, Option<Vec<u8>>) =
         redis::cmd("HMGET").arg(&versions).arg("_s").arg("_n").arg("_bs").arg("_bm").query_async(&mut conn).await?;

@@ -44,13 +44,22 @@ impl FeedMesh {
     /// # Errors
     /// A dependency is missing.
     pub async fn start(backend: Backend, feeds: &[FeedSettings]) -> anyhow::Result<Self> {
+        Self::start_tuned(backend, feeds, |_, _| {}).await
+    }
+
+    /// [`Self::start`] with `tune(i, config)` applied to replica `i`'s configuration.
+    ///
+    /// # Errors
+    /// A dependency is missing.
+    pub async fn start_tuned(backend: Backend, feeds: &[FeedSettings], tune: impl Fn(usize, &mut ProjectionConfig)) -> anyhow::Result<Self> {
         let (db, relation, topic) = relation_on(backend, |_| {}).await?;
         let content_topic = format!("{topic}.content");
         let mut replicas = Vec::new();
-        for f in feeds {
+        for (i, f) in feeds.iter().enumerate() {
             let rdb = TestDb::create(backend).await?;
             let mut config = projection_config(&rdb.url, &topic, relation.addr);
             config.feed = f.clone();
+            tune(i, &mut config);
             let svc = spawn_projection(config.clone()).await?;
             replicas.push(FeedReplica { db: rdb, svc, config });
         }

@@ -80,6 +80,7 @@ SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
 SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
 SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
 SG_CACHE__FOLLOWERS_WINDOW: {{ $svc.cache.followersWindow | int64 | quote }}
+SG_CACHE__POSTS_WINDOW: {{ $svc.cache.postsWindow | int64 | quote }}
 SG_CACHE__RELATIONSHIP_MAX: {{ $svc.cache.relationshipMax | int64 | quote }}
 SG_CACHE__DEEP_PAGES_PER_SEC: {{ $svc.cache.deepPagesPerSec | int64 | quote }}
 SG_CACHE__HOT_READS_PER_SEC: {{ $svc.cache.hotReadsPerSec | int64 | quote }}

@@ -42,10 +42,21 @@ impl Keys {
         format!("{}sg:fan:{{{user_id}}}:v", self.prefix)
     }
 
+    /// `sg:pst:{uid}`: sorted set of the author's newest posts in the cache Redis (member: post
+    /// id as 8 big-endian bytes, score: created_at ms), with `…:v` beside it as
+    /// [`Self::following_versions`]; see [`crate::lists`].
+    pub fn posts(&self, author_id: i64) -> String {
+        format!("{}sg:pst:{{{author_id}}}", self.prefix)
+    }
+
     /// The three keys of one cached list: sorted set, versions hash and relationship hash
     /// (`…:r`, candidate → `version:followed_at`), of the following list or the followers.
     pub fn list(&self, following: bool, user_id: i64) -> [String; 3] {
-        let set = if following { self.following(user_id) } else { self.followers(user_id) };
+        Self::list_of(if following { self.following(user_id) } else { self.followers(user_id) })
+    }
+
+    /// The three keys of the cached list whose sorted set is `set` (see [`Self::list`]).
+    pub fn list_of(set: String) -> [String; 3] {
         let (versions, relationships) = (format!("{set}:v"), format!("{set}:r"));
         [set, versions, relationships]
     }

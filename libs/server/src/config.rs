@@ -39,6 +39,7 @@ const POSITIVE_KEYS: &[&str] = &[
     "partitions",
     "request_deadline_ms",
     "followers_window",
+    "posts_window",
     "relationship_max",
     "deep_pages_per_sec",
     "hot_staleness_ms",
@@ -185,6 +186,9 @@ pub struct CacheSettings {
     /// Most followers cached per account, newest first (projection-svc); pages past them are
     /// deep pages.
     pub followers_window: i64,
+    /// Most posts cached per author, newest first (projection-svc's ListAuthorPosts); pages
+    /// past them read the database.
+    pub posts_window: i64,
     /// Most candidates remembered per account in the follower-relationship hash that answers
     /// BatchCheckFollowers past the followers window (projection-svc).
     pub relationship_max: i64,
@@ -209,6 +213,7 @@ impl Default for CacheSettings {
             ttl_secs: 3600,
             following_max: 10_000,
             followers_window: 10_000,
+            posts_window: 1000,
             relationship_max: 10_000,
             deep_pages_per_sec: 50,
             hot_reads_per_sec: 50,
@@ -239,6 +244,7 @@ impl CacheSettings {
         Ok(Some(ListCaches {
             following: ListCache::new(pool.clone(), keys.clone(), Direction::Following, limits(self.following_max)),
             followers: ListCache::new(pool.clone(), keys.clone(), Direction::Followers, limits(self.followers_window)),
+            posts: ListCache::new(pool.clone(), keys.clone(), Direction::Posts, limits(self.posts_window)),
             restrictions: socialgraph_cache::restrictions::RestrictionCache::new(pool, keys, std::time::Duration::from_secs(self.ttl_secs), timeout),
         }))
     }

@@ -85,11 +85,11 @@ fn ignore_duplicates(backend: DbBackend, col: &str) -> String {
     }
 }
 
-async fn query<C: ConnectionTrait>(conn: &C, sql: String) -> Result<Vec<QueryResult>, DbErr> {
+pub(crate) async fn query<C: ConnectionTrait>(conn: &C, sql: String) -> Result<Vec<QueryResult>, DbErr> {
     conn.query_all_raw(Statement::from_string(conn.get_database_backend(), sql)).await
 }
 
-fn entry(r: &QueryResult) -> Result<FeedEntry, DbErr> {
+pub(crate) fn entry(r: &QueryResult) -> Result<FeedEntry, DbErr> {
     Ok(FeedEntry { key: FeedKey { created_at_ms: r.try_get_by_index(0)?, post_id: r.try_get_by_index(1)? }, author_id: r.try_get_by_index(2)? })
 }
 

@@ -10,6 +10,7 @@ pub mod cas;
 pub mod counts;
 pub mod edges;
 pub mod feed;
+pub mod feed_window;
 pub mod leader;
 pub mod offsets;
 pub mod outbox;

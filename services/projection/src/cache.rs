@@ -299,7 +299,7 @@ pub(crate) fn cached_follower(e: &Edge) -> CachedEdge {
 
 /// True when the stored offsets cover every position the cache had applied (same partition,
 /// next offset at least as far).
-fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
+pub(crate) fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
     applied.iter().all(|(p, next)| stored.iter().any(|s| s.partition == *p && s.next_offset >= *next))
 }
 

@@ -84,9 +84,13 @@ pub fn build(
     registry.register(Box::new(applied.clone()))?;
     registry.register(Box::new(skipped.clone()))?;
     registry.register(Box::new(cache_applies.clone()))?;
+    let mut posts_cache = None;
     let cache = match cache {
         Some(lists) => {
             let metrics = cache::CacheMetrics::register(registry)?;
+            let (consumer, topic) = (&config.database.consumer_name, &config.kafka.content_topic);
+            let posts = feed::posts_cache::PostCache::new(lists.posts.clone(), consumer, topic, metrics.requests.clone(), metrics.fills.clone());
+            posts_cache = Some(Arc::new(posts));
             let (consumer, topic) = (&config.database.consumer_name, &config.kafka.relation_topic);
             let hot = hot::Hot::new(config.cache.hot_reads_per_sec, Duration::from_millis(config.cache.hot_staleness_ms));
             Some(Arc::new(cache::Caches::new(lists, hot, consumer, topic, config.cache.deep_pages_per_sec, metrics)))
@@ -104,6 +108,7 @@ pub fn build(
         token_key: token_key.clone(),
         relation: relation.clone(),
         consumer: config.database.consumer_name.clone(),
+        posts_cache,
     });
     let ingest = Arc::new(feed::ingest::Ingest { feed: Arc::clone(&feed), count_posts: false });
     let projection = Arc::new(service::Projection {

@@ -1,8 +1,10 @@
 //! List caches in the cache Redis, kept by the event stream as pseudo-replicas (DESIGN.md §5
-//! and §8): each user's following list (`sg:flw:{uid}`) and the newest followers of each user
-//! (`sg:fan:{uid}`), both as a window of the newest `window` entries of the list.
+//! and §8): each user's following list (`sg:flw:{uid}`), the newest followers of each user
+//! (`sg:fan:{uid}`) and the newest posts of each author (`sg:pst:{uid}`, a post being an entry
+//! whose version is 1 while live and 2 once deleted), each as a window of the newest `window`
+//! entries of the list.
 //!
-//! Three keys per user and direction, all tagged `{uid}`:
+//! Three keys per list, all tagged `{uid}`:
 //! - the sorted set: member = peer id as 8 big-endian bytes, score = followed_at (ms). Redis
 //!   orders equal scores by member bytes, so `ZREVRANGE` is the list order of the database:
 //!   (followed_at desc, peer id desc);
@@ -61,6 +63,10 @@ pub enum Direction {
     Following,
     /// The accounts following the user (`sg:fan:{uid}`), owner = followee.
     Followers,
+    /// The author's newest posts (`sg:pst:{uid}`), owner = author: peer = post id, score =
+    /// created_at (ms), version 1 while the post is live and 2 once deleted
+    /// ([`CachedEdge::post`]); no relationship hash.
+    Posts,
 }
 
 /// One edge as a list cache holds it, seen from the list's owner.
@@ -74,6 +80,14 @@ pub struct CachedEdge {
     pub following: bool,
     /// When the follow happened (ms since the epoch); the list's sort key.
     pub followed_at_ms: i64,
+}
+
+impl CachedEdge {
+    /// A post as the `Posts` list holds it: version 1 live, 2 deleted (a delete is final, so
+    /// a copy of the publish after it changes nothing).
+    pub fn post(post_id: i64, created_at_ms: i64, deleted: bool) -> Self {
+        CachedEdge { peer_id: post_id, version: if deleted { 2 } else { 1 }, following: !deleted, followed_at_ms: created_at_ms }
+    }
 }
 
 /// What a page read found.
@@ -145,17 +159,20 @@ pub struct ListCaches {
     pub followers: ListCache,
     /// Restriction summaries (`sg:rst`), filled by relation-svc.
     pub restrictions: crate::restrictions::RestrictionCache,
+    /// Authors' newest posts (`sg:pst`), kept and filled by projection-svc's feed.
+    pub posts: ListCache,
 }
 
 impl ListCaches {
-    /// Deletes everything cached of `users` (both lists, with their relationship hashes, and
-    /// the restriction summaries): what the stale drain does to users marked in `cache_stale`.
+    /// Deletes everything cached of `users` (both lists, with their relationship hashes, their
+    /// posts and the restriction summaries): what the stale drain does to users marked in
+    /// `cache_stale`.
     ///
     /// # Errors
     /// The cache Redis is unreachable, slow or failing.
     pub async fn evict_users(&self, users: &[i64]) -> Result<(), CacheError> {
-        // Sent together (one round trip on the shared connection); Ok only when all three were.
-        tokio::try_join!(self.following.evict(users), self.followers.evict(users), self.restrictions.forget(users))?;
+        // Sent together (one round trip on the shared connection); Ok only when all four were.
+        tokio::try_join!(self.following.evict(users), self.followers.evict(users), self.posts.evict(users), self.restrictions.forget(users))?;
         Ok(())
     }
 }
@@ -214,10 +231,19 @@ impl ListCache {
         self.limits.ttl.as_secs().max(1)
     }
 
+    /// The three keys of `user_id`'s list.
+    fn list_keys(&self, user_id: i64) -> [String; 3] {
+        match self.direction {
+            Direction::Following => self.keys.list(true, user_id),
+            Direction::Followers => self.keys.list(false, user_id),
+            Direction::Posts => Keys::list_of(self.keys.posts(user_id)),
+        }
+    }
+
     /// `script` with the three keys of `user_id`'s list.
     fn invocation<'a>(&self, script: &'a Script, user_id: i64) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        for k in self.keys.list(self.direction == Direction::Following, user_id) {
+        for k in self.list_keys(user_id) {
             inv.key(k);
         }
         inv
@@ -429,7 +455,7 @@ impl ListCache {
         }
         let mut pipe = redis::pipe();
         for u in users {
-            pipe.del(&self.keys.list(self.direction == Direction::Following, *u)).ignore();
+            pipe.del(&self.list_keys(*u)).ignore();
         }
         crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[]).await
     }

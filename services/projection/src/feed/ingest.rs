@@ -1,7 +1,7 @@
 //! The feed's writes from the event stream:
 //! - [`Ingest`], the effectively-once consumer of `sg.content.v1`: records posts and
 //!   tombstones in `post` and queues the pushes, with the partition's next offset, in one
-//!   transaction. A post id is recorded once (later publishes of it change nothing) and a
+//!   transaction, applying the outcome to the cached post lists before it commits. A post id is recorded once (later publishes of it change nothing) and a
 //!   tombstone stays, so copies, replays and a publish arriving after its delete change nothing.
 //! - [`on_edges`], called by the projection's relation-event transaction: a new follow
 //!   backfills the followee's newest pushed posts into the follower's inbox, an unfollow
@@ -13,13 +13,16 @@ use std::sync::Arc;
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use sea_orm::DatabaseTransaction;
+use socialgraph_cache::lists::CachedEdge;
 use socialgraph_domain::timestamp_to_ms;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{ContentEvent, ContentEventKind};
 use socialgraph_storage::feed::{self, FanoutJob, FeedEntry, FeedKey, PostRow};
 use socialgraph_storage::offsets::{self, StoredOffset};
+use socialgraph_storage::stale;
 use tracing::Instrument;
 
+use super::posts_cache::PostChange;
 use super::{Feed, FeedSettings};
 
 /// 9999-12-31T23:59:59.999Z: the last time a protobuf Timestamp can carry.
@@ -121,10 +124,45 @@ impl Ingest {
             }
             count_posts(&txn, &per_author).await?;
         }
+        self.to_cache(&txn, &rows, &deleted_existing, &stored, position, now).await?;
         offsets::store(&txn, &self.feed.consumer, topic, position, now).await?;
         txn.commit().await?;
         let live = rows.iter().filter(|r| !r.deleted).count();
         Ok((jobs.len(), live - jobs.len()))
+    }
+}
+
+impl Ingest {
+    /// Applies the batch's outcome (`rows` recorded, `deleted` existing posts of `stored`) to
+    /// the cached post lists before `txn` commits; when the cache Redis does not take it, marks
+    /// the authors stale in `txn` ([`super::posts_cache`]).
+    async fn to_cache(
+        &self,
+        txn: &DatabaseTransaction,
+        rows: &[PostRow],
+        deleted: &[i64],
+        stored: &HashMap<i64, PostRow>,
+        position: StoredOffset,
+        now: i64,
+    ) -> Result<(), sea_orm::DbErr> {
+        let Some(cache) = &self.feed.posts_cache else { return Ok(()) };
+        let recorded = rows.iter().map(|r| (r.entry.author_id, CachedEdge::post(r.entry.key.post_id, r.entry.key.created_at_ms, r.deleted)));
+        let removed = deleted
+            .iter()
+            .filter_map(|id| stored.get(id))
+            .map(|r| (r.entry.author_id, CachedEdge::post(r.entry.key.post_id, r.entry.key.created_at_ms, true)));
+        let changes: Vec<PostChange> = recorded.chain(removed).collect();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = cache.apply(&changes, position.partition, position.next_offset).await {
+            tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's authors stale");
+            let mut authors: Vec<i64> = changes.iter().map(|(a, _)| *a).collect();
+            authors.sort_unstable();
+            authors.dedup();
+            stale::mark(txn, &authors, now).await?;
+        }
+        Ok(())
     }
 }
 

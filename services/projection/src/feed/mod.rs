@@ -21,6 +21,7 @@
 pub mod fanout;
 pub mod grpc;
 pub mod ingest;
+pub mod posts_cache;
 pub mod read;
 
 use std::sync::Arc;
@@ -266,4 +267,6 @@ pub struct Feed {
     pub relation: socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient<tonic::transport::Channel>,
     /// Name of the content consumer's offsets.
     pub consumer: String,
+    /// The authors' newest posts in the cache Redis (`None`: no cache Redis).
+    pub posts_cache: Option<Arc<posts_cache::PostCache>>,
 }

@@ -111,13 +111,22 @@ impl Feed {
         Ok(finish(self, posts, req.size, ListKind::Timeline, user_id))
     }
 
-    /// One page of `author_id`'s live posts, newest first.
+    /// One page of `author_id`'s live posts, newest first: from the cached window of the
+    /// author's newest posts when it holds the page, else from the database.
     ///
     /// # Errors
     /// INVALID_ARGUMENT for a bad id, size or token; UNAVAILABLE when the database fails.
     pub async fn author_posts(&self, author_id: i64, page_size: i32, token: &str) -> ApiResult<PostPage> {
         let req = page_request(&self.token_key, ListKind::AuthorPosts, &[("author_id", author_id)], page_size, token)?;
-        let posts = feed::author_posts(&self.db, author_id, None, FeedKey::MIN, key_of(req.after), req.size + 1).await.map_err(db_error)?;
+        let (before, want) = (key_of(req.after), req.size + 1);
+        let cached = match &self.posts_cache {
+            Some(cache) => cache.page(&self.db, author_id, before, want).await,
+            None => None,
+        };
+        let posts = match cached {
+            Some(posts) => posts,
+            None => feed::author_posts(&self.db, author_id, None, FeedKey::MIN, before, want).await.map_err(db_error)?,
+        };
         Ok(finish(self, posts, req.size, ListKind::AuthorPosts, author_id))
     }
 
