@@ -217,3 +217,17 @@ async fn several_changes_of_one_edge_in_one_call_end_at_the_newest() -> anyhow::
     assert_eq!(cache.count(USER).await?, Some(2), "the member count follows the set");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_set_started_by_an_event_expires_with_its_hash() -> anyhow::Result<()> {
+    let (cache, keys) = fresh().await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert!(cache.commit_fill(USER, &nonce, &[], None).await?, "an empty list is cached whole");
+    cache.apply(&[(USER, edge(5, 1, true, 500))], None).await?;
+    assert_eq!(list(&cache).await?, Some(vec![5]));
+    let [set, versions, _] = keys.list(true, USER);
+    let mut conn = redis_conn(&cache_redis_url()).await?;
+    let (set_ttl, hash_ttl): (i64, i64) = redis::pipe().pttl(&set).pttl(&versions).query_async(&mut conn).await?;
+    assert!(set_ttl > 0 && (set_ttl - hash_ttl).abs() < 1000, "the set expires with its hash: {set_ttl} ms, hash {hash_ttl} ms");
+    Ok(())
+}

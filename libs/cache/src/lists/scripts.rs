@@ -145,7 +145,8 @@ end
 
 /// APPLY: ARGV = window, (member, signed version, score)*. Updates the relationship hash's
 /// entries, then merges into a list that is served or being filled and trims it to the
-/// window; returns the list entries changed (0 when the list is not cached).
+/// window; returns the list entries changed (0 when the list is not cached). A set this call
+/// created (the list was empty) gets the hash's lifetime, so it never outlives the hash.
 pub const APPLY: &str = r"
 for i = 2, #ARGV, 3 do rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
 local s = state()
@@ -153,6 +154,10 @@ if not s or not (s == 'c' or s == 'w' or string.sub(s, 1, 2) == 'f:') then retur
 if not consistent() then return 0 end
 local changed = merge_from(2)
 if s == 'c' or s == 'w' then trim(tonumber(ARGV[1])) end
+if redis.call('PTTL', KEYS[1]) == -1 then
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
 return changed
 ";
 
