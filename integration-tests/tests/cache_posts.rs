@@ -65,13 +65,12 @@ async fn lists_exact(mesh: &FeedMesh, posts: &Posts, when: &str) -> anyhow::Resu
 }
 
 /// True when `got` is a valid window of `author`'s live posts: every live post newer than its
-/// boundary, no more than [`WINDOW`], the boundary itself live (a fill gives exactly
-/// [`expected_window`]; deletes shrink a window without moving its boundary).
+/// boundary and no more than [`WINDOW`] (a fill gives exactly [`expected_window`]; deletes
+/// shrink a window without moving its boundary, which may be deleted itself).
 fn valid_window(got: &CachedList, posts: &Posts, author: i64) -> bool {
     let all = expected(posts, author);
     let newer: Vec<(i64, i64)> = match got.boundary {
-        Some((at, id)) if all.contains(&(id, at)) => all.iter().copied().filter(|(i, a)| (*a, *i) > (at, id)).collect(),
-        Some(_) => return false,
+        Some((at, id)) => all.iter().copied().filter(|(i, a)| (*a, *i) > (at, id)).collect(),
         None => all,
     };
     got.entries == newer && newer.len() <= WINDOW

@@ -1,8 +1,9 @@
 //! Part: feeds. One relation-svc and three projection-svc replicas in hybrid mode with pull
 //! thresholds of 100, 1,000 and 100,000 followers, on authors with 50, 500 and 5,000 followers:
 //! PublishPost throughput, inbox writes per post, fan-out rate beside a raw Redis pipeline of
-//! the same ZADDs, and GetTimeline beside ZREVRANGE of an inbox of the same length and beside
-//! the raw pull merge (one PostgreSQL query over follower ⨝ post).
+//! the same ZADDs, GetTimeline beside ZREVRANGE of an inbox of the same length and beside
+//! the raw pull merge (one PostgreSQL query over follower ⨝ post), and ListAuthorPosts from
+//! the cached post lists beside ZREVRANGE and the same page in SQL.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use socialgraph_integration_tests::feeds::FeedMesh;
 use socialgraph_integration_tests::{admin, metric_sum};
 use socialgraph_projection::feed::{FeedMode, FeedSettings};
 use socialgraph_proto::feed::v1::feed_service_client::FeedServiceClient;
-use socialgraph_proto::feed::v1::{GetTimelineRequest, PublishPostRequest};
+use socialgraph_proto::feed::v1::{GetTimelineRequest, ListAuthorPostsRequest, PublishPostRequest};
 use socialgraph_proto::relation::v1::{ImportEdge, ImportFollowsRequest};
 use socialgraph_testkit::Backend;
 
@@ -173,8 +174,32 @@ async fn feeds_in(mesh: &FeedMesh, a: &FeedsArgs) -> anyhow::Result<()> {
         None,
     )
     .await?;
+    // ListAuthorPosts(50) from the cached post lists (warmed by one pass), beside the same
+    // page as one SQL query.
+    let author_ids: Vec<i64> = (0..users.len()).map(|i| authors[i % authors.len()].0).collect();
+    let list = |f: &FeedServiceClient<tonic::transport::Channel>, author_id: i64| {
+        let mut f = f.clone();
+        async move {
+            f.list_author_posts(ListAuthorPostsRequest { author_id, page_size: 50, page_token: String::new() }).await?;
+            anyhow::Ok(())
+        }
+    };
+    for (author, _) in &authors {
+        list(&feeds[0], *author).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let author_posts = timed(author_ids.len(), none, |i| list(&feeds[0], author_ids[i])).await?;
+    let author_sql = crate::raw::sql(
+        &pool,
+        "SELECT created_at_ms, post_id, author_id FROM post WHERE author_id = $1 AND deleted = 0 ORDER BY created_at_ms DESC, post_id DESC LIMIT 51",
+        &author_ids,
+        None,
+    )
+    .await?;
     delete_prefix(&mut conn, &prefix).await?;
     let mut read_rows = Vec::new();
+    read_rows.extend(latency_rows(&[("ListAuthorPosts(50), cached, vs ZREVRANGE", &author_posts, &zrev)]));
+    read_rows.extend(latency_rows(&[("ListAuthorPosts(50), cached, vs the page in SQL", &author_posts, &author_sql)]));
     for (i, t) in THRESHOLDS.iter().enumerate() {
         read_rows.extend(latency_rows(&[(&format!("GetTimeline(50), threshold {t} vs ZREVRANGE"), &hists[i], &zrev)]));
     }

@@ -8,7 +8,7 @@
 //!   removes them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prost::Message;
 use rskafka::record::RecordAndOffset;
@@ -74,7 +74,13 @@ impl Ingest {
         out
     }
 
-    async fn apply_once(&self, topic: &str, changes: &[Change], position: StoredOffset) -> Result<(usize, usize), sea_orm::DbErr> {
+    async fn apply_once(
+        &self,
+        topic: &str,
+        changes: &[Change],
+        position: StoredOffset,
+        sent: &Mutex<Vec<i64>>,
+    ) -> Result<(usize, usize), sea_orm::DbErr> {
         let txn = socialgraph_storage::begin_write(&self.feed.db).await?;
         let authors: Vec<i64> = changes.iter().filter(|c| c.published).map(|c| c.entry.author_id).collect();
         let followers = feed::lock_authors(&txn, &authors).await?;
@@ -124,7 +130,7 @@ impl Ingest {
             }
             count_posts(&txn, &per_author).await?;
         }
-        self.to_cache(&txn, &rows, &deleted_existing, &stored, position, now).await?;
+        self.to_cache(sent, &txn, &rows, &deleted_existing, &stored, position, now).await?;
         offsets::store(&txn, &self.feed.consumer, topic, position, now).await?;
         txn.commit().await?;
         let live = rows.iter().filter(|r| !r.deleted).count();
@@ -135,9 +141,12 @@ impl Ingest {
 impl Ingest {
     /// Applies the batch's outcome (`rows` recorded, `deleted` existing posts of `stored`) to
     /// the cached post lists before `txn` commits; when the cache Redis does not take it, marks
-    /// the authors stale in `txn` ([`super::posts_cache`]).
+    /// the authors stale in `txn` ([`super::posts_cache`]). `sent`: the authors earlier
+    /// attempts of the batch gave the cache (marked stale here; this attempt's are added).
+    #[allow(clippy::too_many_arguments)]
     async fn to_cache(
         &self,
+        sent: &Mutex<Vec<i64>>,
         txn: &DatabaseTransaction,
         rows: &[PostRow],
         deleted: &[i64],
@@ -146,6 +155,13 @@ impl Ingest {
         now: i64,
     ) -> Result<(), sea_orm::DbErr> {
         let Some(cache) = &self.feed.posts_cache else { return Ok(()) };
+        // An earlier attempt of this batch gave the cache an outcome that never committed, and
+        // this attempt may decide otherwise (another partition wrote the same post id
+        // meanwhile): those authors' lists are dropped by the stale drain.
+        let earlier = sent.lock().map(|s| s.clone()).unwrap_or_default();
+        if !earlier.is_empty() {
+            stale::mark(txn, &earlier, now).await?;
+        }
         let recorded = rows.iter().map(|r| (r.entry.author_id, CachedEdge::post(r.entry.key.post_id, r.entry.key.created_at_ms, r.deleted)));
         let removed = deleted
             .iter()
@@ -155,12 +171,19 @@ impl Ingest {
         if changes.is_empty() {
             return Ok(());
         }
-        if let Err(e) = cache.apply(&changes, position.partition, position.next_offset).await {
-            tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's authors stale");
-            let mut authors: Vec<i64> = changes.iter().map(|(a, _)| *a).collect();
-            authors.sort_unstable();
-            authors.dedup();
-            stale::mark(txn, &authors, now).await?;
+        let mut authors: Vec<i64> = changes.iter().map(|(a, _)| *a).collect();
+        authors.sort_unstable();
+        authors.dedup();
+        match cache.apply(&changes, position.partition, position.next_offset).await {
+            Ok(()) => {
+                if let Ok(mut s) = sent.lock() {
+                    s.extend(authors);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cache Redis unavailable: marking the batch's authors stale");
+                stale::mark(txn, &authors, now).await?;
+            }
         }
         Ok(())
     }
@@ -177,8 +200,19 @@ impl BatchHandler for Ingest {
         let changes = self.decode(records, &span);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
-        let (pushed, pulled) =
-            socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &changes, position).instrument(span.clone())).await?;
+        let sent = Mutex::new(Vec::new());
+        let applied = socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &changes, position, &sent).instrument(span.clone())).await;
+        let (pushed, pulled) = match applied {
+            Ok(counts) => counts,
+            Err(e) => {
+                // The batch will be read again; what its attempts gave the cache never committed.
+                let sent = sent.into_inner().unwrap_or_default();
+                if let (Some(cache), false) = (&self.feed.posts_cache, sent.is_empty()) {
+                    cache.evict(&sent).await;
+                }
+                return Err(e.into());
+            }
+        };
         self.feed.metrics.posts.with_label_values(&["pushed"]).inc_by(pushed as u64);
         self.feed.metrics.posts.with_label_values(&["pulled"]).inc_by(pulled as u64);
         if pushed > 0 {

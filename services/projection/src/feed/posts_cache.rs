@@ -65,6 +65,14 @@ impl PostCache {
         self.list.apply(changes, Some(mark)).await.map(|_| ())
     }
 
+    /// Drops the lists of `authors` (best effort: a cache that does not answer keeps them until
+    /// their lifetime ends).
+    pub async fn evict(&self, authors: &[i64]) {
+        if let Err(e) = self.list.evict(authors).await {
+            tracing::warn!(error = %e, "could not drop post lists an unfinished batch changed");
+        }
+    }
+
     /// Up to `limit` live posts of `author_id` strictly older than `before`, newest first, from
     /// the cache; `None` when the database must answer (a miss, which also starts a fill; a page
     /// past the window; a cache that is down).
