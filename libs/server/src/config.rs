@@ -49,13 +49,15 @@ const POSITIVE_KEYS: &[&str] = &[
     "connect_timeout_ms",
 ];
 
-/// Refuses 0 for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`: where it is).
+/// Refuses 0 and negative numbers for every [`POSITIVE_KEYS`] key anywhere in `value` (`path`:
+/// where it is).
 fn check_positive(value: &figment::value::Value, path: &str) -> Result<(), String> {
     let figment::value::Value::Dict(_, dict) = value else { return Ok(()) };
     for (key, v) in dict {
         let at = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-        if POSITIVE_KEYS.contains(&key.as_str()) && v.to_u128() == Some(0) {
-            return Err(format!("{at} must be at least 1, got 0"));
+        let n = v.to_i128().or_else(|| v.to_u128().and_then(|u| i128::try_from(u).ok()));
+        if let Some(n) = n.filter(|n| *n < 1 && POSITIVE_KEYS.contains(&key.as_str())) {
+            return Err(format!("{at} must be at least 1, got {n}"));
         }
         check_positive(v, &at)?;
     }
@@ -330,5 +332,7 @@ mod tests {
             redis: RedisSettings { timeout_ms: 0, ..RedisSettings::default() },
         };
         assert_eq!(check(&zero_redis), Err("redis.timeout_ms must be at least 1, got 0".to_owned()));
+        let negative_window = Svc { cache: CacheSettings { posts_window: -5, ..CacheSettings::default() }, ..zero_redis };
+        assert_eq!(check(&negative_window), Err("cache.posts_window must be at least 1, got -5".to_owned()));
     }
 }

@@ -31,10 +31,9 @@ fn scalar(field: &FieldDescriptor, name: &str, text: &str) -> Result<Value, BadR
             _ => None,
         },
         // Integers in canonical decimal only: no `+`, no leading zeros (what the OpenAPI
-        // pattern documents).
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => {
-            text.parse::<i64>().ok().filter(|n| n.to_string() == text).map(Value::from)
-        }
+        // pattern documents), and within the field's range.
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => text.parse::<i32>().ok().filter(|n| n.to_string() == text).map(Value::from),
+        Kind::Uint32 | Kind::Fixed32 => text.parse::<u32>().ok().filter(|n| n.to_string() == text).map(Value::from),
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
             text.parse::<i64>().ok().filter(|n| n.to_string() == text).map(|_| Value::String(text.to_owned()))
         }
@@ -293,7 +292,8 @@ mod tests {
         assert_eq!(request_message(&r, &b, Some("nope=1"), b"").map(|_| ()).unwrap_err().field, "nope");
         assert_eq!(request_message(&r, &b, Some("page_size=1&page_size=2"), b"").map(|_| ()).unwrap_err().field, "page_size");
         assert_eq!(request_message(&r, &b, Some("user_id=6"), b"").map(|_| ()).unwrap_err().field, "user_id");
-        assert!(request_message(&r, &b, Some("pageSize=99999999999"), b"").is_err(), "int32 range is checked");
+        let err = request_message(&r, &b, Some("pageSize=99999999999"), b"").map(|_| ()).unwrap_err();
+        assert_eq!(err.field, "page_size", "int32 range is checked, naming the field: {err:?}");
         let r = route("RelationService.BatchGetRelationships");
         let b = r.template.matches("/v1/users/7/relationships:batchGet").expect("matches");
         assert!(request_message(&r, &b, None, b"[1]").is_err());

@@ -200,7 +200,14 @@ pub enum Command {
         at: Option<i64>,
     },
     /// AUTHOR deletes POST_ID: it leaves every timeline.
-    DeletePost(PairArgs),
+    DeletePost {
+        /// The author.
+        #[arg(allow_negative_numbers = true)]
+        author: i64,
+        /// The post id.
+        #[arg(allow_negative_numbers = true)]
+        post_id: i64,
+    },
     /// USER's home timeline, newest post first.
     Timeline {
         /// The user.

@@ -37,7 +37,7 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
             commands::load_posts(e, &file, concurrency, json, !no_progress).await?
         }
         Command::Post { author, post_id, at } => commands::post(e, author, post_id, at, json).await?,
-        Command::DeletePost(p) => commands::delete_post(e, p.user, p.other, json).await?,
+        Command::DeletePost { author, post_id } => commands::delete_post(e, author, post_id, json).await?,
         Command::Timeline { user, paging } => commands::timeline(e, user, paging.into(), json).await?,
         Command::Following { user, paging } => commands::list(e, ListQuery::Following { user_id: user }, paging.into(), json).await?,
         Command::Followers { user, paging } => commands::list(e, ListQuery::Followers { user_id: user }, paging.into(), json).await?,
