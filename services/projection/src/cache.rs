@@ -272,17 +272,7 @@ impl Caches {
         let Some(nonce) = cache.begin_fill(user_id).await? else { return Ok("skipped") };
         let applied = cache.applied(self.applied_key()).await?;
         let window = cache.limits().window;
-        let deadline = tokio::time::Instant::now() + FILL_WAIT;
-        let read = loop {
-            let (read, stored) = self.read_window(db, user_id, window).await?;
-            if covered(&applied, &stored) {
-                break read;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok("behind");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let Some(read) = read_covering(&applied, || self.read_window(db, user_id, window)).await? else { return Ok("behind") };
         let Some(read) = read else {
             cache.mark_too_long(user_id).await?;
             return Ok("too_long");
@@ -297,9 +287,32 @@ pub(crate) fn cached_follower(e: &Edge) -> CachedEdge {
     CachedEdge { peer_id: e.follower_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
 }
 
+/// Reads with `read` (rows and the stored offsets, in one snapshot) until those offsets
+/// cover `applied` ([`covered`]); `None` when they still do not after [`FILL_WAIT`].
+///
+/// # Errors
+/// The database failed.
+pub(crate) async fn read_covering<T, F, Fut>(applied: &HashMap<i32, i64>, mut read: F) -> Result<Option<T>, DbErr>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(T, Vec<StoredOffset>), DbErr>>,
+{
+    let deadline = tokio::time::Instant::now() + FILL_WAIT;
+    loop {
+        let (value, stored) = read().await?;
+        if covered(applied, &stored) {
+            return Ok(Some(value));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// True when the stored offsets cover every position the cache had applied (same partition,
 /// next offset at least as far).
-pub(crate) fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
+fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
     applied.iter().all(|(p, next)| stored.iter().any(|s| s.partition == *p && s.next_offset >= *next))
 }
 

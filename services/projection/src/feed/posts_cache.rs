@@ -13,7 +13,6 @@
 //! nothing.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use prometheus::IntCounterVec;
 use sea_orm::DatabaseConnection;
@@ -22,7 +21,7 @@ use socialgraph_cache::lists::{AppliedMark, CachedEdge, FillSlots, ListCache, Pa
 use socialgraph_storage::feed::{FeedEntry, FeedKey};
 use socialgraph_storage::{feed_window, offsets};
 
-use crate::cache::{FILL_WAIT, NOT_FOLLOWED_MAX_PER_WINDOW, covered, snapshot};
+use crate::cache::{NOT_FOLLOWED_MAX_PER_WINDOW, read_covering, snapshot};
 
 /// The authors' post lists in the cache Redis, as projection-svc keeps and reads them.
 pub struct PostCache {
@@ -120,20 +119,14 @@ impl PostCache {
         let Some(nonce) = self.list.begin_fill(author_id).await? else { return Ok("skipped") };
         let applied = self.list.applied(&self.applied_key).await?;
         let window = self.list.limits().window;
-        let deadline = tokio::time::Instant::now() + FILL_WAIT;
-        let read = loop {
+        let snapshot_read = || async {
             let txn = snapshot(db).await?;
             let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
             let read = feed_window::author_window(&txn, author_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
             txn.commit().await?;
-            if covered(&applied, &stored) {
-                break read;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok("behind");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok((read, stored))
         };
+        let Some(read) = read_covering(&applied, snapshot_read).await? else { return Ok("behind") };
         let Some(read) = read else {
             self.list.mark_too_long(author_id).await?;
             return Ok("too_long");
