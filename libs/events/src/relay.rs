@@ -246,11 +246,10 @@ async fn round<S: EventSink>(
         return Ok(0);
     }
     metrics.lag_ms.set((now_ms - rows[0].row.created_at_ms).max(0));
-    // One span per published batch, linked to the trace of every row's write.
+    // One span per published batch, in the trace of its first row's write and linked to the rest.
     let span = tracing::info_span!("relay", otel.name = "relay.publish", otel.kind = "producer", messaging.batch.message_count = rows.len());
-    for r in &rows {
-        socialgraph_telemetry::link_from_headers(&span, &crate::headers::decode(&r.row.headers));
-    }
+    let headers: Vec<_> = rows.iter().map(|r| crate::headers::decode(&r.row.headers)).collect();
+    socialgraph_telemetry::adopt_records(&span, &headers);
     let outcome = sink.publish(&rows).instrument(span.clone()).await;
     outbox::delete(db, &outcome.acked).instrument(span).await?;
     metrics.published.inc_by(outcome.acked.len() as u64);

@@ -39,7 +39,7 @@ impl Telemetry {
 /// # Errors
 /// The OTLP exporter cannot be built, or a global subscriber is already set.
 pub fn init(service_name: &'static str) -> anyhow::Result<Telemetry> {
-    init_with(service_name, false)
+    init_with(service_name, false, Export::from_env())
 }
 
 /// [`init`] for in-process tests: logs go through the test harness's capture (default level
@@ -48,17 +48,64 @@ pub fn init_for_tests() {
     static ONCE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
         // Leaked on purpose: the provider lives as long as the test process.
-        if let Ok(t) = init_with("socialgraph-tests", true) {
+        if let Ok(t) = init_with("socialgraph-tests", true, Export::from_env()) {
             std::mem::forget(t);
         }
     });
 }
 
-fn init_with(service_name: &'static str, for_tests: bool) -> anyhow::Result<Telemetry> {
+/// [`init_for_tests`] exporting every span to the OTLP/gRPC receiver at `endpoint` (e.g.
+/// `http://127.0.0.1:4317`) in batches at most 100 ms apart, sampled like a deployment with
+/// `OTEL_TRACES_SAMPLER=parentbased_traceidratio` and `OTEL_TRACES_SAMPLER_ARG=root_ratio`: a
+/// span with a parent follows its parent's decision, a root is kept with probability
+/// `root_ratio` (0.0..=1.0). Call it before anything else of the process traces.
+///
+/// # Errors
+/// The exporter cannot be built, or a global subscriber is already set.
+pub fn init_for_tests_exporting(endpoint: &str, root_ratio: f64) -> anyhow::Result<Telemetry> {
+    let export =
+        Export { endpoint: Some(endpoint.to_owned()), root_ratio: Some(root_ratio), flush_every: Some(std::time::Duration::from_millis(100)) };
+    init_with("socialgraph-tests", true, export)
+}
+
+/// Where spans go and which are kept; `None` leaves the choice to the OpenTelemetry SDK, which
+/// reads the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER`,
+/// `OTEL_TRACES_SAMPLER_ARG`, `OTEL_BSP_SCHEDULE_DELAY`).
+struct Export {
+    /// Export over OTLP/gRPC, to this endpoint (empty: the SDK's, from the environment).
+    endpoint: Option<String>,
+    /// Parent-based sampling with this ratio for roots.
+    root_ratio: Option<f64>,
+    /// The batch exporter's schedule delay.
+    flush_every: Option<std::time::Duration>,
+}
+
+impl Export {
+    /// A deployment's: export only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the rest as the
+    /// SDK reads it from the environment.
+    fn from_env() -> Self {
+        let endpoint = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").map(|_| String::new());
+        Self { endpoint, root_ratio: None, flush_every: None }
+    }
+}
+
+fn init_with(service_name: &'static str, for_tests: bool, export: Export) -> anyhow::Result<Telemetry> {
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler};
     let mut builder = SdkTracerProvider::builder().with_resource(opentelemetry_sdk::Resource::builder().with_service_name(service_name).build());
-    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
-        let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
-        builder = builder.with_batch_exporter(exporter);
+    if let Some(endpoint) = export.endpoint {
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+        if !endpoint.is_empty() {
+            exporter = exporter.with_endpoint(endpoint);
+        }
+        let mut batch = BatchConfigBuilder::default();
+        if let Some(every) = export.flush_every {
+            batch = batch.with_scheduled_delay(every);
+        }
+        builder = builder.with_span_processor(BatchSpanProcessor::builder(exporter.build()?).with_batch_config(batch.build()).build());
+    }
+    if let Some(ratio) = export.root_ratio {
+        builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio))));
     }
     let provider = builder.build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
@@ -102,27 +149,31 @@ pub fn set_parent_from_metadata(span: &tracing::Span, metadata: &tonic::metadata
     let _ = span.set_parent(cx);
 }
 
-/// Makes `span` a child of the trace context in Kafka record headers, if any.
-pub fn set_parent_from_headers(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
-    let map: HashMap<String, String> = headers.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
-    let cx = TraceContextPropagator::new().extract(&map);
-    let _ = span.set_parent(cx);
-}
-
-/// Adds to `span` a link to the producer's span named in Kafka record headers (`traceparent`),
-/// if any: how a batch span points at the traces of the events it applies.
-pub fn link_from_headers(span: &tracing::Span, headers: &std::collections::BTreeMap<String, Vec<u8>>) {
+/// Puts `span` (a batch's: a relay's publish round, a consumer's apply) in the traces of the
+/// records it carries, given their Kafka headers in log order: the first record whose
+/// `traceparent` is valid becomes its parent, so it joins that trace and its sampling decision
+/// (one event, one trace, from the RPC to the last consumer); every later one is a link. A
+/// batch of untraced records stays a root.
+pub fn adopt_records<'a>(span: &tracing::Span, headers: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, Vec<u8>>>) {
     use opentelemetry::trace::TraceContextExt;
-    let map: HashMap<String, String> = headers.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
-    let cx = TraceContextPropagator::new().extract(&map);
-    let producer = cx.span().span_context().clone();
-    if producer.is_valid() {
-        span.add_link(producer);
+    let mut parented = false;
+    for h in headers {
+        let map: HashMap<String, String> = h.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
+        let cx = TraceContextPropagator::new().extract(&map);
+        let producer = cx.span().span_context().clone();
+        if !producer.is_valid() {
+            continue;
+        }
+        if parented {
+            span.add_link(producer);
+        } else {
+            parented = span.set_parent(cx).is_ok();
+        }
     }
 }
 
-/// A span for one consumed batch, named `name` (e.g. `counter.apply`), linked to the producer
-/// span of every record that carries one.
+/// A span for one consumed batch, named `name` (e.g. `counter.apply`), in the traces of its
+/// records ([`adopt_records`]).
 pub fn batch_span<'a>(
     name: &'static str,
     topic: &str,
@@ -130,10 +181,17 @@ pub fn batch_span<'a>(
     headers: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, Vec<u8>>>,
 ) -> tracing::Span {
     let span = tracing::info_span!("batch", otel.name = name, messaging.destination.name = topic, messaging.destination.partition.id = partition);
-    for h in headers {
-        link_from_headers(&span, h);
-    }
+    adopt_records(&span, headers);
     span
+}
+
+/// Sets integer attributes (the ids a trace is searched by, e.g. `socialgraph.follower_id`)
+/// on the current span: inside a handler, the RPC's.
+pub fn annotate(attributes: &[(&'static str, i64)]) {
+    let span = tracing::Span::current();
+    for (k, v) in attributes {
+        span.set_attribute(*k, *v);
+    }
 }
 
 struct MapInjector<'a>(&'a mut std::collections::BTreeMap<String, String>);

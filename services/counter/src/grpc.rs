@@ -42,6 +42,11 @@ impl<B: CounterBackend> CounterGrpc<B> {
 
     async fn toggle(&self, actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64, metric: Metric, wanted: bool) -> Result<Toggled, Status> {
         let entity = validate_toggle(actor_id, entity, owner_id)?;
+        socialgraph_telemetry::annotate(&[
+            ("socialgraph.actor_id", actor_id),
+            ("socialgraph.owner_id", owner_id),
+            ("socialgraph.entity_id", entity.entity_id),
+        ]);
         Ok(self.backend.toggle(actor_id, entity, owner_id, metric, wanted).await?)
     }
 }

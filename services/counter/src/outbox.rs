@@ -143,9 +143,7 @@ impl Relay {
             };
             let n = records.len();
             let span = tracing::info_span!("relay", otel.name = "counter.relay.publish", otel.kind = "producer", messaging.batch.message_count = n);
-            for r in &records {
-                socialgraph_telemetry::link_from_headers(&span, &r.headers);
-            }
+            socialgraph_telemetry::adopt_records(&span, records.iter().map(|r| &r.headers));
             if let Some(e) = producer.produce(records).instrument(span).await.error {
                 return Err(Box::new(e));
             }

@@ -53,13 +53,12 @@ pub struct Projector {
 
 impl Projector {
     /// The newest event per edge in a batch ([`newest_per_edge`]), counting undecodable and
-    /// stale records and linking the batch span to each producer's trace.
-    fn newest(&self, records: &[RecordAndOffset], span: &tracing::Span) -> HashMap<(i64, i64), Edge> {
+    /// stale records.
+    fn newest(&self, records: &[RecordAndOffset]) -> HashMap<(i64, i64), Edge> {
         let mut edges = Vec::with_capacity(records.len());
         for r in records {
             match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
                 Ok(e) if e.follower_id > 0 && e.followee_id > 0 && e.version > 0 => {
-                    socialgraph_telemetry::link_from_headers(span, &r.record.headers);
                     edges.push(Edge::from(&e));
                 }
                 Ok(_) | Err(_) => {
@@ -181,7 +180,8 @@ impl BatchHandler for Projector {
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
         let span = tracing::info_span!("projection.apply", partition, offset = next_offset - 1, records = records.len());
-        let newest = self.newest(records, &span);
+        socialgraph_telemetry::adopt_records(&span, records.iter().map(|r| &r.record.headers));
+        let newest = self.newest(records);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
         let stale_users = self.apply_to_cache(&newest, partition, next_offset).instrument(span.clone()).await;

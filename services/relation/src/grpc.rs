@@ -134,6 +134,12 @@ fn add(total: &mut ImportCounts, c: ImportCounts) {
     total.skipped_inactive += c.skipped_inactive;
 }
 
+/// The edge's ids on the RPC's span (`socialgraph.follower_id`, `socialgraph.followee_id`):
+/// what a trace of a follow is found by.
+fn edge_attributes(follower_id: i64, followee_id: i64) {
+    socialgraph_telemetry::annotate(&[("socialgraph.follower_id", follower_id), ("socialgraph.followee_id", followee_id)]);
+}
+
 /// The consistency token of an edge change (empty when nothing changed).
 fn token(changed: bool, follower_id: i64, followee_id: i64, version: i64) -> String {
     if changed { socialgraph_domain::ConsistencyToken { follower_id, followee_id, version }.encode() } else { String::new() }
@@ -143,6 +149,7 @@ fn token(changed: bool, follower_id: i64, followee_id: i64, version: i64) -> Str
 impl RelationService for RelationGrpc {
     async fn follow(&self, req: Request<pb::FollowRequest>) -> Result<Response<pb::FollowResponse>, Status> {
         let r = req.into_inner();
+        edge_attributes(r.follower_id, r.followee_id);
         let out = self.relations.follow(r.follower_id, r.followee_id).await?;
         Ok(Response::new(pb::FollowResponse {
             changed: out.changed,
@@ -155,6 +162,7 @@ impl RelationService for RelationGrpc {
 
     async fn unfollow(&self, req: Request<pb::UnfollowRequest>) -> Result<Response<pb::UnfollowResponse>, Status> {
         let r = req.into_inner();
+        edge_attributes(r.follower_id, r.followee_id);
         let out = self.relations.unfollow(r.follower_id, r.followee_id).await?;
         Ok(Response::new(pb::UnfollowResponse {
             changed: out.changed,

@@ -48,7 +48,7 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    fn decode(&self, records: &[RecordAndOffset], span: &tracing::Span) -> Vec<Change> {
+    fn decode(&self, records: &[RecordAndOffset]) -> Vec<Change> {
         let mut out = Vec::with_capacity(records.len());
         for r in records {
             let Ok(e) = ContentEvent::decode(r.record.value.as_deref().unwrap_or_default()) else {
@@ -63,7 +63,6 @@ impl Ingest {
                 Ok(ContentEventKind::Deleted) => false,
                 _ => continue,
             };
-            socialgraph_telemetry::link_from_headers(span, &r.record.headers);
             let at = e.occurred_at.as_ref().map(timestamp_to_ms).unwrap_or_else(|| r.record.timestamp.timestamp_millis());
             if !(0..=MAX_TIME_MS).contains(&at) {
                 tracing::warn!(offset = r.offset, at, "skipping a content event whose time is outside 1970..9999");
@@ -197,7 +196,8 @@ impl BatchHandler for Ingest {
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
         let span = tracing::info_span!("feed.ingest", partition, offset = next_offset - 1, records = records.len());
-        let changes = self.decode(records, &span);
+        socialgraph_telemetry::adopt_records(&span, records.iter().map(|r| &r.record.headers));
+        let changes = self.decode(records);
         let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
         let position = StoredOffset { partition, next_offset, last_event_ms };
         let sent = Mutex::new(Vec::new());
