@@ -28,7 +28,8 @@ pub use socialgraph_relation::Config as RelationConfig;
 /// Admin token the test configurations use.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-/// A service running inside the test process.
+/// A service running inside the test process, on a Tokio runtime of its own so that
+/// [`Svc::kill`] ends every task it spawned at once, as `kill -9` ends a process.
 pub struct Svc {
     /// gRPC address.
     pub addr: SocketAddr,
@@ -38,6 +39,16 @@ pub struct Svc {
     pub shutdown: CancellationToken,
     /// The service task; ends after shutdown.
     pub task: JoinHandle<anyhow::Result<()>>,
+    /// The service's own runtime (`None` once killed).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Svc {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// relation-svc in the test process.
@@ -72,9 +83,18 @@ impl Svc {
     ///
     /// # Errors
     /// The service ended with an error.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        self.task.await?
+        (&mut self.task).await?
+    }
+
+    /// Kills the service: every task of its runtime (servers, consumers, relays) is dropped at
+    /// its next await, with no shutdown, drain or final commit; connections close unannounced.
+    pub async fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+        let _ = (&mut self.task).await;
     }
 
     /// A CounterService client.
@@ -161,16 +181,24 @@ pub async fn spawn_projection(config: ProjectionConfig) -> anyhow::Result<Svc> {
 
 async fn spawn<F, Fut>(run: F) -> anyhow::Result<Svc>
 where
-    F: FnOnce(tokio::net::TcpListener, tokio::net::TcpListener, CancellationToken) -> Fut,
+    F: FnOnce(tokio::net::TcpListener, tokio::net::TcpListener, CancellationToken) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     socialgraph_telemetry::init_for_tests();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    // Bound here, registered with the service's runtime there (an I/O resource belongs to the
+    // runtime whose reactor it was registered with).
+    let (grpc, admin) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
     let (addr, admin_addr) = (grpc.local_addr()?, admin.local_addr()?);
+    grpc.set_nonblocking(true)?;
+    admin.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("svc").enable_all().build()?;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run(grpc, admin, shutdown.clone()));
-    let svc = Svc { addr, admin_addr, shutdown, task };
+    let token = shutdown.clone();
+    let task = runtime.spawn(async move {
+        let (grpc, admin) = (tokio::net::TcpListener::from_std(grpc)?, tokio::net::TcpListener::from_std(admin)?);
+        run(grpc, admin, token).await
+    });
+    let svc = Svc { addr, admin_addr, shutdown, task, runtime: Some(runtime) };
     // Ready means the server answers: its health service says SERVING (a bound port alone
     // accepts connections before the server runs).
     socialgraph_testkit::eventually(Duration::from_secs(20), "the service to answer health checks with SERVING", || async {
@@ -207,15 +235,29 @@ pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> Pro
 /// # Errors
 /// Timed out, or the broker or projection failed.
 pub async fn projection_caught_up(svc: &Svc, brokers: &[String], topic: &str, deadline: Duration) -> anyhow::Result<()> {
+    projection_replicas_caught_up(&[svc], brokers, topic, deadline).await
+}
+
+/// [`projection_caught_up`] for replicas that divide the partitions: each partition's next
+/// offset, as reported by whichever replica owns it, equals the high watermark.
+///
+/// # Errors
+/// Timed out, or the broker or a replica failed.
+pub async fn projection_replicas_caught_up(replicas: &[&Svc], brokers: &[String], topic: &str, deadline: Duration) -> anyhow::Result<()> {
     let kafka = socialgraph_testkit::kafka::connect(brokers).await?;
-    let client = svc.projection().await?;
+    let mut clients = Vec::new();
+    for svc in replicas {
+        clients.push(svc.projection().await?);
+    }
     socialgraph_testkit::eventually(deadline, "the projection to reach the high watermarks", || {
-        let (kafka, mut client) = (&kafka, client.clone());
+        let (kafka, clients) = (&kafka, clients.clone());
         async move {
             let hw = socialgraph_testkit::kafka::high_watermarks(kafka, topic).await?;
-            let status = client.get_projection_status(GetProjectionStatusRequest {}).await?.into_inner();
-            let applied: std::collections::BTreeMap<i32, i64> =
-                status.partitions.iter().filter(|p| p.topic == topic).map(|p| (p.partition, p.next_offset)).collect();
+            let mut applied = std::collections::BTreeMap::new();
+            for mut client in clients {
+                let status = client.get_projection_status(GetProjectionStatusRequest {}).await?.into_inner();
+                applied.extend(status.partitions.iter().filter(|p| p.topic == topic).map(|p| (p.partition, p.next_offset)));
+            }
             Ok((!hw.is_empty() && hw.iter().all(|(p, h)| applied.get(p) == Some(h))).then_some(()))
         }
     })

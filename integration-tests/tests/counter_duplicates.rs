@@ -211,8 +211,7 @@ async fn relay_crashes_leave_counters_exact(backend: Backend) -> anyhow::Result<
     // Kill relation-svc (its task, with the relay in it, dropped wherever it is) three times.
     for round in 0..3u64 {
         tokio::time::sleep(Duration::from_millis(1_500 + 300 * round)).await;
-        m.relation.task.abort();
-        let _ = (&mut m.relation.task).await;
+        m.relation.kill().await;
         m.relation = spawn_relation(m.relation_config()).await?;
         *addr.lock().expect("lock") = m.relation.addr;
     }

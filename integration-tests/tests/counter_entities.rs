@@ -220,8 +220,7 @@ async fn a_hot_entity_storm_with_crashes_corrupted_counts_and_rebuilds_ends_equa
         }
         assert!(rebuilt, "a forced rebuild went through during the storm");
         if round == 3 {
-            m.counter.task.abort();
-            let _ = (&mut m.counter.task).await;
+            m.counter.kill().await;
             m.counter = spawn_counter(m.counter_config()).await?;
             *addr.lock().expect("lock") = m.counter.addr;
         }

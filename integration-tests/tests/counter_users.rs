@@ -107,8 +107,7 @@ async fn user_counters_stay_exact_through_crashes_forced_rebuilds_deleted_keys_a
     // Kill counter-svc twice mid-workload, without any shutdown, and start it again.
     for _ in 0..2 {
         tokio::time::sleep(Duration::from_secs(4)).await;
-        m.counter.task.abort();
-        let _ = (&mut m.counter.task).await;
+        m.counter.kill().await;
         m.counter = spawn_counter(m.counter_config()).await?;
         *counter_addr.lock().expect("lock") = m.counter.addr;
     }

@@ -233,8 +233,7 @@ async fn killing_projection_mid_push_resumes_without_losing_or_doubling() -> any
             Ok((n > 3000 * (round + 1)).then_some(()))
         })
         .await?;
-        mesh.replicas[0].svc.task.abort();
-        let _ = (&mut mesh.replicas[0].svc.task).await;
+        mesh.replicas[0].svc.kill().await;
         mesh.restart(0).await?;
     }
     mesh.settle(SETTLE).await?;

@@ -126,15 +126,14 @@ async fn killing_projection_mid_batch_and_restarting_loses_and_doubles_nothing()
     let config = projection_config(&db.url, &topic, relation.addr);
 
     for round in 0..3 {
-        let projection = spawn_projection(config.clone()).await?;
+        let mut projection = spawn_projection(config.clone()).await?;
         // Let it get into the middle of its batches, then kill it without any shutdown.
         socialgraph_testkit::eventually(CATCH_UP, "the projection to apply something", || async {
             let n: i64 = edges::count(&db.conn, EdgeTable::Follower, edges::Col::State, 1).await?;
             Ok((n > 2000 * (round + 1)).then_some(()))
         })
         .await?;
-        projection.task.abort();
-        let _ = projection.task.await;
+        projection.kill().await;
         // Follows keep arriving meanwhile.
         for i in 0..50 {
             rc.follow(FollowRequest { follower_id: 5000 + round, followee_id: 1 + i }).await?;

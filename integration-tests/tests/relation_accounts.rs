@@ -193,8 +193,7 @@ async fn large_deletion(backend: Backend, followers: i64) -> anyhow::Result<()> 
         }
     })
     .await?;
-    m.relation.task.abort();
-    let _ = (&mut m.relation.task).await;
+    m.relation.kill().await;
     let crashed_after = started.elapsed();
     m.relation = spawn_relation(m.relation_config()).await?;
     let mut c = m.relation.client().await?;
@@ -310,8 +309,7 @@ async fn mixed_lifecycle(backend: Backend) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(mixed_ops(m.relation.client().await?, USERS, 300, 40 + worker)));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    m.counter.task.abort();
-    let _ = (&mut m.counter.task).await;
+    m.counter.kill().await;
     m.counter = spawn_counter(m.counter_config()).await?;
     let mut refused = 0;
     for t in tasks {

@@ -215,8 +215,7 @@ async fn concurrent_blocks(backend: Backend) -> anyhow::Result<()> {
     let workload = tokio::spawn(mixed_workload(m.relation.addr, 3000, USERS, 7));
     // Kill counter-svc mid-workload without any shutdown, and start it again.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    m.counter.task.abort();
-    let _ = (&mut m.counter.task).await;
+    m.counter.kill().await;
     m.counter = spawn_counter(m.counter_config()).await?;
     let refused = workload.await??;
     assert!(refused > 0, "some follows met a block");
