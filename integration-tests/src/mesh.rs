@@ -96,8 +96,11 @@ pub struct Mesh {
     pub prefix: String,
     /// relation-svc.
     pub relation: Svc,
-    /// projection-svc.
+    /// projection-svc (replica 0 when there are more).
     pub projection: Svc,
+    /// Further projection-svc replicas, each reporting only the partitions it owns: settling
+    /// waits for all of them (empty unless a test adds some).
+    pub projection_replicas: Vec<Svc>,
     /// counter-svc.
     pub counter: Svc,
     /// The broker every service of this mesh uses.
@@ -146,7 +149,8 @@ impl Mesh {
         let projection = spawn_projection(pc).await?;
         let prefix = socialgraph_testkit::unique("c") + ":";
         let counter = spawn_counter(counter_config_on(redis_url, &prefix, &topics, projection.addr, brokers)).await?;
-        Ok(Self { db, topics, redis_url: redis_url.to_owned(), prefix, relation, projection, counter, brokers: brokers.to_vec() })
+        let (redis_url, brokers, projection_replicas) = (redis_url.to_owned(), brokers.to_vec(), Vec::new());
+        Ok(Self { db, topics, redis_url, prefix, relation, projection, projection_replicas, counter, brokers })
     }
 
     /// The relation-svc configuration of this mesh (to restart it on the same database and
@@ -177,7 +181,8 @@ impl Mesh {
     pub async fn settle(&self, deadline: Duration) -> anyhow::Result<()> {
         outbox_drained(&self.db, deadline).await?;
         self.likes_relayed(deadline).await?;
-        projection_caught_up(&self.projection, &self.brokers, &self.topics.relation, deadline).await?;
+        let projections: Vec<&Svc> = std::iter::once(&self.projection).chain(&self.projection_replicas).collect();
+        projection_replicas_caught_up(&projections, &self.brokers, &self.topics.relation, deadline).await?;
         let topics = [self.topics.relation.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
         counter_caught_up_on(&self.brokers, &self.redis_url, &self.prefix, &topics, deadline).await
     }
@@ -262,6 +267,9 @@ impl Mesh {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.counter.stop().await?;
         self.projection.stop().await?;
+        for p in self.projection_replicas {
+            p.stop().await?;
+        }
         self.relation.stop().await?;
         self.db.drop_db().await
     }
