@@ -17,6 +17,8 @@ pub mod gateway;
 mod mesh;
 pub mod model;
 pub use mesh::*;
+mod restart;
+pub use restart::*;
 
 pub use socialgraph_counter::Config as CounterConfig;
 pub use socialgraph_projection::Config as ProjectionConfig;
@@ -179,7 +181,29 @@ pub async fn spawn_projection(config: ProjectionConfig) -> anyhow::Result<Svc> {
     spawn(|grpc, admin, shutdown| socialgraph_projection::run(config, grpc, admin, shutdown)).await
 }
 
+/// Binds `addr`, waiting up to 10 s for a killed predecessor's socket to close.
+fn bind_when_free(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let started = std::time::Instant::now();
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 async fn spawn<F, Fut>(run: F) -> anyhow::Result<Svc>
+where
+    F: FnOnce(tokio::net::TcpListener, tokio::net::TcpListener, CancellationToken) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    spawn_on(None, run).await
+}
+
+/// Starts a service on `at` (gRPC and admin addresses; `None`: free ports).
+pub(crate) async fn spawn_on<F, Fut>(at: Option<(SocketAddr, SocketAddr)>, run: F) -> anyhow::Result<Svc>
 where
     F: FnOnce(tokio::net::TcpListener, tokio::net::TcpListener, CancellationToken) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -187,7 +211,9 @@ where
     socialgraph_telemetry::init_for_tests();
     // Bound here, registered with the service's runtime there (an I/O resource belongs to the
     // runtime whose reactor it was registered with).
-    let (grpc, admin) = (std::net::TcpListener::bind("127.0.0.1:0")?, std::net::TcpListener::bind("127.0.0.1:0")?);
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let (grpc, admin) = at.unwrap_or((any, any));
+    let (grpc, admin) = (bind_when_free(grpc)?, bind_when_free(admin)?);
     let (addr, admin_addr) = (grpc.local_addr()?, admin.local_addr()?);
     grpc.set_nonblocking(true)?;
     admin.set_nonblocking(true)?;

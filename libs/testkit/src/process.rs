@@ -48,9 +48,31 @@ impl Instance {
 /// # Errors
 /// `redis-server` is not installed (`make deps` installs it) or did not start.
 pub async fn redis(port: u16) -> anyhow::Result<Instance> {
+    redis_on(port, None).await
+}
+
+/// Starts `redis-server` on `port` (0 = a free one) with an append-only file in `dir` synced
+/// on every write (`appendfsync always`), as counter-svc's Redis of facts should run: started
+/// again on the same `dir`, even after a SIGKILL, it has every acknowledged write.
+///
+/// # Errors
+/// `redis-server` is not installed (`make deps` installs it) or did not start.
+pub async fn redis_with_aof(port: u16, dir: &std::path::Path) -> anyhow::Result<Instance> {
+    std::fs::create_dir_all(dir)?;
+    redis_on(port, Some(dir)).await
+}
+
+async fn redis_on(port: u16, aof_dir: Option<&std::path::Path>) -> anyhow::Result<Instance> {
     let port = if port == 0 { free_port()? } else { port };
+    let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""].iter().map(|a| (*a).to_owned()).collect();
+    match aof_dir {
+        Some(dir) => {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always", "--dir"].map(String::from).into_iter().chain([dir.display().to_string()]))
+        }
+        None => args.extend(["--appendonly", "no"].map(String::from)),
+    }
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(&args)
         .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
