@@ -98,6 +98,12 @@ if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
 return 0
 ";
 
+/// Gives the lease up if this replica holds it.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
 impl Relay {
     async fn lease(&self) -> Result<bool, socialgraph_cache::CacheError> {
         let mut pipe = redis::pipe();
@@ -187,7 +193,9 @@ impl Relay {
     }
 
     /// Runs rounds until `cancel` fires: at once after a toggle or a full round, every 200 ms
-    /// when idle, backing off up to 5 s while the broker or Redis fails.
+    /// when idle, backing off up to 5 s while the broker or Redis fails. On the way out the
+    /// lease is given up, so that a replica stopped gracefully (a rolling restart) hands the
+    /// relay over at once instead of after the lease's 10 s.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
@@ -217,6 +225,11 @@ impl Relay {
                     _ = cancel.cancelled() => {}
                 }
             }
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL").arg(RELEASE).arg(1).arg(self.store.keys.relay_lease()).arg(&self.holder);
+        if let Err(e) = self.store.query(&pipe).await {
+            tracing::debug!(error = %e, "relay lease not given up; it expires by itself");
         }
     }
 }
