@@ -95,8 +95,11 @@ impl Svc {
     pub async fn kill(&mut self) {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
+            let _ = (&mut self.task).await;
+            // A finished stand-in: a JoinHandle must not be polled again after it completed,
+            // so a later stop() or kill() finds this one.
+            self.task = tokio::spawn(std::future::ready(Ok(())));
         }
-        let _ = (&mut self.task).await;
     }
 
     /// A CounterService client.
@@ -182,12 +185,12 @@ pub async fn spawn_projection(config: ProjectionConfig) -> anyhow::Result<Svc> {
 }
 
 /// Binds `addr`, waiting up to 10 s for a killed predecessor's socket to close.
-fn bind_when_free(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+async fn bind_when_free(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     let started = std::time::Instant::now();
     loop {
         match std::net::TcpListener::bind(addr) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(50));
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             other => return Ok(other?),
         }
@@ -213,7 +216,7 @@ where
     // runtime whose reactor it was registered with).
     let any: SocketAddr = ([127, 0, 0, 1], 0).into();
     let (grpc, admin) = at.unwrap_or((any, any));
-    let (grpc, admin) = (bind_when_free(grpc)?, bind_when_free(admin)?);
+    let (grpc, admin) = (bind_when_free(grpc).await?, bind_when_free(admin).await?);
     let (addr, admin_addr) = (grpc.local_addr()?, admin.local_addr()?);
     grpc.set_nonblocking(true)?;
     admin.set_nonblocking(true)?;

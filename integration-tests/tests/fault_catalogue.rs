@@ -34,6 +34,8 @@ const OPS: usize = 80;
 const USERS: i64 = 40;
 const ENTITIES: i64 = 30;
 const TOGGLES: [Toggle; 5] = [Toggle::Like, Toggle::Like, Toggle::Unlike, Toggle::Fav, Toggle::Unfav];
+/// Codes a client retries.
+const TRANSIENT: &[Code] = &[Code::Unavailable, Code::Unknown, Code::Cancelled, Code::DeadlineExceeded, Code::Aborted];
 /// How long a stopped broker or Redis stays down.
 const DOWN: Duration = Duration::from_secs(10);
 /// Errors a client may see while a server dies under it and restarts.
@@ -86,7 +88,8 @@ impl Tally {
     }
 }
 
-/// `call` until it succeeds (at most 90 s), each failure noted.
+/// `call` until it succeeds (at most 90 s), each failure noted; a failure no client would retry
+/// (INVALID_ARGUMENT, …) ends the scenario at once.
 async fn retried<T, Fut>(tally: &Tally, mut call: impl FnMut() -> Fut) -> anyhow::Result<T>
 where
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
@@ -95,14 +98,14 @@ where
     loop {
         match call().await {
             Ok(v) => return Ok(v),
-            Err(s) if started.elapsed() < Duration::from_secs(90) => {
+            Err(s) if TRANSIENT.contains(&s.code()) && started.elapsed() < Duration::from_secs(90) => {
                 if std::env::var_os("SG_FAULTS_VERBOSE").is_some() {
                     println!("retrying after {s:?}");
                 }
                 tally.note(&s);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(s) => anyhow::bail!("still failing after 90 s: {s}"),
+            Err(s) => anyhow::bail!("failed after {:?}: {s:?}", started.elapsed()),
         }
     }
 }
@@ -190,20 +193,6 @@ impl World {
     async fn inject(&mut self, fault: Fault, model: &mut Model) -> anyhow::Result<()> {
         let m = &mut self.m;
         match fault {
-            Fault::KillProjection => {
-                m.projection.kill().await;
-                m.restart(Service::Projection).await?;
-            }
-            Fault::KillCounter => {
-                m.counter.kill().await;
-                m.restart(Service::Counter).await?;
-            }
-            Fault::KillRelationMidRelay => {
-                // The relay is busy with the first half's events: killed wherever it is, maybe
-                // between the broker's acknowledgement and its delete.
-                m.relation.kill().await;
-                m.restart(Service::Relation).await?;
-            }
             Fault::FlushCounterRedis => {
                 let _: () = redis::cmd("FLUSHALL").query_async(&mut redis_conn(&m.redis_url).await?).await?;
                 // The like facts are gone with it: from now on the facts are what is toggled.
@@ -224,8 +213,13 @@ impl World {
                 let n = terminate_connections(&m.db.url).await?;
                 println!("{n} database connections terminated");
             }
-            // These last a while: see `during`.
-            Fault::BrokerDown | Fault::RollingRestart | Fault::CounterRedisDown => {}
+            // These come during the second half: see `second_half`.
+            Fault::KillProjection
+            | Fault::KillCounter
+            | Fault::KillRelationMidRelay
+            | Fault::BrokerDown
+            | Fault::RollingRestart
+            | Fault::CounterRedisDown => {}
         }
         Ok(())
     }
@@ -254,6 +248,27 @@ impl World {
                 let (w, o) = tokio::join!(workload, outage);
                 w?;
                 println!("down for {:?}", o?);
+            }
+            Fault::KillProjection | Fault::KillCounter | Fault::KillRelationMidRelay => {
+                // Killed while the workers write: the consumers are applying and the relay is
+                // publishing (maybe between the broker's acknowledgement and its delete).
+                let which = match fault {
+                    Fault::KillProjection => Service::Projection,
+                    Fault::KillCounter => Service::Counter,
+                    _ => Service::Relation,
+                };
+                let workload = half(channels(&self.m)?, 2, tally, model);
+                let m = &mut self.m;
+                let kill = async {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let (waiting, _) = socialgraph_storage::outbox::backlog(&m.db.conn).await?;
+                    m.svc(which).kill().await;
+                    println!("{which:?} killed with {waiting} events waiting in the outbox");
+                    m.restart(which).await
+                };
+                let (w, k) = tokio::join!(workload, kill);
+                w?;
+                k?;
             }
             Fault::RollingRestart => {
                 // SIGTERM to each service in turn while the workers write: drains, restarts.

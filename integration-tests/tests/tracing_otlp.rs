@@ -3,7 +3,8 @@
 //! relay's produce to projection-svc's and counter-svc's applies, joined by the `traceparent`
 //! record header; one Like is one trace from counter-svc's RPC through its relay to its apply.
 //! Sampling is parent-based with a root ratio of 0: a caller's sampled trace is kept whole, an
-//! unsampled one and a root leave no span anywhere, also not in the consumers.
+//! unsampled one and a root leave no span anywhere, also not in the consumers; a batch whose
+//! first record is unsampled still joins the sampled trace of a record behind it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,9 @@ const CALLER_SPAN: u64 = 0x00f0_67aa_0ba9_02b7;
 const FOLLOW_TRACE: u128 = 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736;
 const LIKE_TRACE: u128 = 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c;
 const UNSAMPLED_TRACE: u128 = 0x5b8a_a5a2_d2c8_72e8_321c_f37a_31f0_5e4d;
+/// A sampled event behind an unsampled one in the same record batch.
+const BEHIND_TRACE: u128 = 0x7c1e_0b2d_4a93_48f1_9e2a_6d5c_3b8f_1a07;
+const UNSAMPLED_AHEAD_TRACE: u128 = 0x1d4f_8e6a_2b7c_4e19_a5d3_0c8b_7f2e_9a64;
 
 /// An OTLP/gRPC trace receiver keeping every span it is sent.
 #[derive(Clone, Default)]
@@ -97,6 +101,37 @@ fn assert_one_tree(spans: &[Span]) {
     }
 }
 
+/// Produces two follow events into partition 0 of the relation topic in one record batch: the
+/// first with an unsampled `traceparent`, the second with a sampled one.
+async fn produce_pair(m: &Mesh) -> anyhow::Result<()> {
+    use prost::Message;
+    use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+    let client = socialgraph_testkit::kafka::connect(&m.brokers).await?;
+    let pc = client.partition_client(m.topics.relation.as_str(), 0, rskafka::client::partition::UnknownTopicHandling::Retry).await?;
+    let at = socialgraph_domain::timestamp_from_ms(socialgraph_domain::now_ms());
+    let record = |follower: i64, trace: u128, sampled: bool| {
+        let event = RelationEvent {
+            event_id: format!("pair-{follower}"),
+            kind: RelationEventKind::Followed as i32,
+            follower_id: follower,
+            followee_id: follower + 1,
+            version: 1,
+            occurred_at: Some(at),
+            followed_at: Some(at),
+        };
+        let traceparent = format!("00-{trace:032x}-{CALLER_SPAN:016x}-{:02x}", u8::from(sampled));
+        rskafka::record::Record {
+            key: Some(follower.to_be_bytes().to_vec()),
+            value: Some(event.encode_to_vec()),
+            headers: [("traceparent".to_owned(), traceparent.into_bytes())].into(),
+            timestamp: rskafka::chrono::Utc::now(),
+        }
+    };
+    let pair = vec![record(21, UNSAMPLED_AHEAD_TRACE, false), record(23, BEHIND_TRACE, true)];
+    pc.produce(pair, rskafka::client::partition::Compression::Lz4).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_holds_end_to_end() -> anyhow::Result<()> {
     let (receiver, endpoint) = Receiver::start().await?;
@@ -115,13 +150,18 @@ async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_hol
     let post = EntityRef { entity_type: "post".into(), entity_id: 7 };
     counter.like(traced(LikeRequest { actor_id: 13, entity: Some(post), owner_id: 12 }, LIKE_TRACE, true)).await?;
     m.settle(SETTLE).await?;
+    // One record batch, as a relay would publish it: an unsampled event, then a sampled one.
+    // Each consumer applies it as one batch, which must join the sampled trace.
+    produce_pair(&m).await?;
+    m.settle(SETTLE).await?;
 
     let follow_path = ["RelationService.Follow", "relay.publish", "projection.apply", "counter.relation"];
     let like_path = ["CounterService.Like", "counter.relay.publish", "counter.action"];
     let traces = socialgraph_testkit::eventually(Duration::from_secs(30), "both traces to arrive whole", || {
         let traces = receiver.traces();
         let whole = |trace: u128, path: &[&str]| traces.get(&trace).is_some_and(|spans| path.iter().all(|n| names(spans).contains(n)));
-        let done = whole(FOLLOW_TRACE, &follow_path) && whole(LIKE_TRACE, &like_path);
+        let done =
+            whole(FOLLOW_TRACE, &follow_path) && whole(LIKE_TRACE, &like_path) && whole(BEHIND_TRACE, &["projection.apply", "counter.relation"]);
         async move { Ok(done.then_some(())) }
     })
     .await;
@@ -138,13 +178,19 @@ async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_hol
     assert_one_tree(like);
     let rpc = like.iter().find(|s| s.name == "CounterService.Like").expect("the RPC span");
     assert_eq!(int_attribute(rpc, "socialgraph.actor_id"), Some(13));
+    assert_eq!(int_attribute(rpc, "socialgraph.owner_id"), Some(12));
     assert_eq!(int_attribute(rpc, "socialgraph.entity_id"), Some(7));
+    for s in got[&BEHIND_TRACE].iter().filter(|s| ["projection.apply", "counter.relation"].contains(&s.name.as_str())) {
+        assert_eq!(id128(&s.parent_span_id) as u64, CALLER_SPAN, "{} is a child of the sampled record's producer", s.name);
+        let linked: Vec<u128> = s.links.iter().map(|l| id128(&l.trace_id)).collect();
+        assert_eq!(linked, [UNSAMPLED_AHEAD_TRACE], "{} links the unsampled record ahead of it", s.name);
+    }
 
     // The unsampled follow and the root follow were settled before the like was sent; after a
     // few more export rounds, nothing but the two sampled traces has arrived, from any service.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let traces: HashSet<String> = receiver.traces().keys().map(|t| format!("{t:032x}")).collect();
-    let expected: HashSet<String> = [FOLLOW_TRACE, LIKE_TRACE].iter().map(|t| format!("{t:032x}")).collect();
+    let expected: HashSet<String> = [FOLLOW_TRACE, LIKE_TRACE, BEHIND_TRACE].iter().map(|t| format!("{t:032x}")).collect();
     assert_eq!(traces, expected, "spans outside the sampled traces: the unsampled follow's or a root's");
     m.stop().await
 }

@@ -58,7 +58,8 @@ pub fn init_for_tests() {
 /// `http://127.0.0.1:4317`) in batches at most 100 ms apart, sampled like a deployment with
 /// `OTEL_TRACES_SAMPLER=parentbased_traceidratio` and `OTEL_TRACES_SAMPLER_ARG=root_ratio`: a
 /// span with a parent follows its parent's decision, a root is kept with probability
-/// `root_ratio` (0.0..=1.0). Call it before anything else of the process traces.
+/// `root_ratio` (0.0..=1.0). Call it once per process, before anything else of it traces (a
+/// test file of its own: nextest runs each test in a process of its own).
 ///
 /// # Errors
 /// The exporter cannot be built, or a global subscriber is already set.
@@ -68,11 +69,12 @@ pub fn init_for_tests_exporting(endpoint: &str, root_ratio: f64) -> anyhow::Resu
     init_with("socialgraph-tests", true, export)
 }
 
-/// Where spans go and which are kept; `None` leaves the choice to the OpenTelemetry SDK, which
-/// reads the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER`,
+/// Where spans go and which are kept. The sampler and the batch delay, when `None`, are the
+/// OpenTelemetry SDK's, which reads the standard variables (`OTEL_TRACES_SAMPLER`,
 /// `OTEL_TRACES_SAMPLER_ARG`, `OTEL_BSP_SCHEDULE_DELAY`).
 struct Export {
-    /// Export over OTLP/gRPC, to this endpoint (empty: the SDK's, from the environment).
+    /// Export over OTLP/gRPC to this endpoint (empty: the SDK's, from
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`); `None`: no export.
     endpoint: Option<String>,
     /// Parent-based sampling with this ratio for roots.
     root_ratio: Option<f64>,
@@ -150,25 +152,28 @@ pub fn set_parent_from_metadata(span: &tracing::Span, metadata: &tonic::metadata
 }
 
 /// Puts `span` (a batch's: a relay's publish round, a consumer's apply) in the traces of the
-/// records it carries, given their Kafka headers in log order: the first record whose
-/// `traceparent` is valid becomes its parent, so it joins that trace and its sampling decision
-/// (one event, one trace, from the RPC to the last consumer); every later one is a link. A
-/// batch of untraced records stays a root.
+/// records it carries, given their Kafka headers in log order. Its parent is the first record
+/// whose `traceparent` is sampled (else the first valid one), so it joins that trace and its
+/// sampling decision: one event, one trace, from the RPC to the last consumer, and a sampled
+/// trace is never dropped for an unsampled record ahead of it in the batch. Every other traced
+/// record is a link. A batch of untraced records stays a root.
 pub fn adopt_records<'a>(span: &tracing::Span, headers: impl IntoIterator<Item = &'a std::collections::BTreeMap<String, Vec<u8>>>) {
     use opentelemetry::trace::TraceContextExt;
-    let mut parented = false;
-    for h in headers {
-        let map: HashMap<String, String> = h.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
-        let cx = TraceContextPropagator::new().extract(&map);
-        let producer = cx.span().span_context().clone();
-        if !producer.is_valid() {
-            continue;
-        }
-        if parented {
-            span.add_link(producer);
-        } else {
-            parented = span.set_parent(cx).is_ok();
-        }
+    let mut contexts: Vec<opentelemetry::Context> = headers
+        .into_iter()
+        .map(|h| {
+            let map: HashMap<String, String> = h.iter().filter_map(|(k, v)| std::str::from_utf8(v).ok().map(|v| (k.clone(), v.to_owned()))).collect();
+            TraceContextPropagator::new().extract(&map)
+        })
+        .filter(|cx| cx.span().span_context().is_valid())
+        .collect();
+    let Some(first) = contexts.iter().position(|cx| cx.span().span_context().is_sampled()).or((!contexts.is_empty()).then_some(0)) else {
+        return;
+    };
+    let parent = contexts.remove(first);
+    let _ = span.set_parent(parent);
+    for cx in contexts {
+        span.add_link(cx.span().span_context().clone());
     }
 }
 
