@@ -251,8 +251,8 @@ impl Store {
     }
 
     /// Reads the counters of `users` in one round trip, in order: `None` for missing or
-    /// malformed. One HMGET per bucket of the batch, pipelined (every bucket is one slot, so
-    /// this also works on a Redis Cluster node by node).
+    /// malformed. One HMGET per bucket of the batch, pipelined. Each HMGET stays in one slot,
+    /// but the pipeline mixes slots: on a Redis Cluster it must be split per slot first.
     pub async fn read(&self, users: &[i64]) -> Result<Vec<Option<Sds>>, CacheError> {
         Ok(self.read_stored(users).await?.into_iter().map(|v| v.map(|s| s.counters)).collect())
     }
