@@ -219,14 +219,9 @@ impl Mesh {
     /// # Errors
     /// Timed out, or an RPC or the database failed; a difference panics with both sides.
     pub async fn assert_views_exact(&self, users: &[i64], deadline: Duration) -> anyhow::Result<()> {
-        use socialgraph_domain::EdgeState;
         self.settle(deadline).await?;
         let (following, follower) = both_tables(&self.db).await?;
-        let source: Vec<_> = following
-            .into_iter()
-            .map(|e| if e.state == EdgeState::Hidden { socialgraph_domain::Edge { state: EdgeState::NotFollowing, ..e } } else { e })
-            .collect();
-        assert_eq!(follower, source, "the follower table holds exactly the source's edges");
+        assert_eq!(follower, projected(following), "the follower table holds exactly the source's edges");
         let exact = crate::model::Model::default().users(&self.db, users).await?;
         let served = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
         assert_eq!(served, exact, "counters equal the exact counts of the following table");
@@ -273,6 +268,16 @@ impl Mesh {
         self.relation.stop().await?;
         self.db.drop_db().await
     }
+}
+
+/// The follower table the `following` rows imply: the same edges, with one hidden by an
+/// inactive account "not following".
+pub fn projected(following: Vec<socialgraph_domain::Edge>) -> Vec<socialgraph_domain::Edge> {
+    use socialgraph_domain::EdgeState;
+    following
+        .into_iter()
+        .map(|e| if e.state == EdgeState::Hidden { socialgraph_domain::Edge { state: EdgeState::NotFollowing, ..e } } else { e })
+        .collect()
 }
 
 /// Terminates every connection to the database at `db_url` but the caller's (PostgreSQL

@@ -304,13 +304,7 @@ impl World {
 /// Mismatches between every view and the source of truth after lag 0.
 async fn mismatches(m: &Mesh, model: &Model) -> anyhow::Result<usize> {
     let (following, follower) = both_tables(&m.db).await?;
-    use socialgraph_domain::{Edge, EdgeState};
-    // An edge hidden by an inactive account is "not following" in the projection.
-    let source: BTreeSet<String> = following
-        .into_iter()
-        .map(|e| if e.state == EdgeState::Hidden { Edge { state: EdgeState::NotFollowing, ..e } } else { e })
-        .map(|e| format!("{e:?}"))
-        .collect();
+    let source: BTreeSet<String> = projected(following).into_iter().map(|e| format!("{e:?}")).collect();
     let follower: BTreeSet<String> = follower.into_iter().map(|e| format!("{e:?}")).collect();
     let mut wrong = source.symmetric_difference(&follower).count();
     let users: Vec<i64> = (1..=USERS).chain((0..5).map(|i| 100 + i)).collect();

@@ -64,19 +64,13 @@ pub async fn redis_with_aof(port: u16, dir: &std::path::Path) -> anyhow::Result<
 
 async fn redis_on(port: u16, aof_dir: Option<&std::path::Path>) -> anyhow::Result<Instance> {
     let port = if port == 0 { free_port()? } else { port };
-    let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""].iter().map(|a| (*a).to_owned()).collect();
+    let mut command = Command::new("redis-server");
+    command.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""]);
     match aof_dir {
-        Some(dir) => {
-            args.extend(["--appendonly", "yes", "--appendfsync", "always", "--dir"].map(String::from).into_iter().chain([dir.display().to_string()]))
-        }
-        None => args.extend(["--appendonly", "no"].map(String::from)),
-    }
-    let child = Command::new("redis-server")
-        .args(&args)
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("redis-server is not installed: run `make deps`")?;
+        Some(dir) => command.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"]).arg(dir),
+        None => command.args(["--appendonly", "no"]),
+    };
+    let child = command.stdout(Stdio::null()).kill_on_drop(true).spawn().context("redis-server is not installed: run `make deps`")?;
     wait_port(port, "redis-server").await?;
     Ok(Instance { child, port })
 }
