@@ -75,12 +75,20 @@ pub enum CacheError {
 }
 
 impl CacheError {
-    /// True when the failure is Redis being unreachable, slow or dropping the connection (the
-    /// caller should answer UNAVAILABLE and may retry), false for a bug-like failure.
+    /// True when the failure is Redis being unreachable, slow, dropping the connection or
+    /// answering that it cannot serve yet (LOADING its append-only file after a restart, and
+    /// the other replies redis-rs says to wait on: TRYAGAIN, MASTERDOWN, CLUSTERDOWN): the
+    /// caller should answer UNAVAILABLE and may retry. False for a bug-like failure.
     pub fn is_unavailable(&self) -> bool {
         match self {
             Self::Unavailable(_) | Self::Timeout => true,
-            Self::Command(e) => e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+            Self::Command(e) => {
+                e.is_timeout()
+                    || e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || matches!(e.retry_method(), redis::RetryMethod::WaitAndRetry)
+            }
             Self::Reply(_) => false,
         }
     }
@@ -146,4 +154,25 @@ pub async fn query_pipeline<T: redis::FromRedisValue>(
 /// [`CacheError::Unavailable`] when no connection could be had within the pool's timeout.
 pub async fn conn(pool: &Pool) -> Result<redis::aio::ConnectionManager, CacheError> {
     Ok(pool.get().await.map_err(|e| CacheError::Unavailable(e.to_string()))?.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    use super::CacheError;
+
+    fn server(kind: ServerErrorKind) -> CacheError {
+        CacheError::Command(RedisError::from((ErrorKind::Server(kind), "reply")))
+    }
+
+    #[test]
+    fn a_redis_still_loading_its_data_is_unavailable_not_a_bug() {
+        for kind in [ServerErrorKind::BusyLoading, ServerErrorKind::TryAgain, ServerErrorKind::MasterDown, ServerErrorKind::ClusterDown] {
+            assert!(server(kind).is_unavailable(), "{kind:?}");
+        }
+        for kind in [ServerErrorKind::ResponseError, ServerErrorKind::NoScript, ServerErrorKind::CrossSlot] {
+            assert!(!server(kind).is_unavailable(), "{kind:?}");
+        }
+    }
 }
