@@ -26,6 +26,7 @@ use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient
 use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 pub use socialgraph_relation::Config as RelationConfig;
+pub use socialgraph_testkit::terminate_connections;
 
 /// Admin token the test configurations use.
 pub const ADMIN_TOKEN: &str = "test-admin-token";

@@ -255,18 +255,18 @@ impl Mesh {
         Ok(())
     }
 
-    /// Stops everything and drops the database.
+    /// Stops everything and drops the database, each step within [`STOP_WITHIN`].
     ///
     /// # Errors
-    /// A service ended with an error.
+    /// A service ended with an error, or a step did not end in time (named).
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.counter.stop().await?;
-        self.projection.stop().await?;
+        bounded("counter-svc", self.counter.stop()).await?;
+        bounded("projection-svc", self.projection.stop()).await?;
         for p in self.projection_replicas {
-            p.stop().await?;
+            bounded("a projection replica", p.stop()).await?;
         }
-        self.relation.stop().await?;
-        self.db.drop_db().await
+        bounded("relation-svc", self.relation.stop()).await?;
+        bounded("dropping the database", self.db.drop_db()).await
     }
 }
 
@@ -280,34 +280,10 @@ pub fn projected(following: Vec<socialgraph_domain::Edge>) -> Vec<socialgraph_do
         .collect()
 }
 
-/// Terminates every connection to the database at `db_url` but the caller's (PostgreSQL
-/// `pg_terminate_backend`, MariaDB `KILL`), as a crashed or restarted database would; returns
-/// how many were terminated.
-///
-/// # Errors
-/// The server is not reachable.
-pub async fn terminate_connections(db_url: &str) -> anyhow::Result<i64> {
-    use sea_orm::{ConnectionTrait, DbBackend, Statement};
-    let (server, name) = db_url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("no database in {db_url}"))?;
-    if db_url.starts_with("postgres") {
-        let admin = socialgraph_storage::connect(&format!("{server}/postgres"), 1).await?;
-        let sql = format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()");
-        let row = admin.query_one_raw(Statement::from_string(DbBackend::Postgres, sql)).await?;
-        admin.close().await?;
-        return Ok(row.map(|r| r.try_get_by_index::<i64>(0)).transpose()?.unwrap_or(0));
-    }
-    let admin = socialgraph_storage::connect(&format!("{server}/mysql"), 1).await?;
-    let sql = format!("SELECT id FROM information_schema.processlist WHERE db = '{name}' AND id <> CONNECTION_ID()");
-    let ids: Vec<i64> = admin
-        .query_all_raw(Statement::from_string(DbBackend::MySql, sql))
-        .await?
-        .iter()
-        .filter_map(|r| r.try_get_by_index::<i64>(0).ok().or_else(|| r.try_get_by_index::<u64>(0).ok().map(|v| v as i64)))
-        .collect();
-    for id in &ids {
-        // The connection may have ended on its own meanwhile.
-        let _ = admin.execute_unprepared(&format!("KILL {id}")).await;
-    }
-    admin.close().await?;
-    Ok(ids.len() as i64)
+/// How long one service may take to stop gracefully in a test (drain, final commits) before the
+/// test fails naming it, instead of hanging until the CI's limit.
+pub const STOP_WITHIN: Duration = Duration::from_secs(60);
+
+async fn bounded(what: &str, f: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::time::timeout(STOP_WITHIN, f).await.map_err(|_| anyhow::anyhow!("{what} did not stop within {STOP_WITHIN:?}"))?
 }

@@ -102,12 +102,16 @@ impl TestDb {
             b => {
                 let server = server_url(b);
                 let admin_url = if b == Backend::Postgres { format!("{server}/postgres") } else { format!("{server}/mysql") };
-                let admin = sea_orm::Database::connect(&admin_url).await?;
                 let sql = if b == Backend::Postgres {
                     format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)
                 } else {
+                    // MariaDB has no FORCE: a connection a killed service left inside a
+                    // transaction holds a metadata lock the DROP would wait on for a year
+                    // (lock_wait_timeout's default).
+                    terminate_connections(&self.url).await?;
                     format!("DROP DATABASE IF EXISTS {}", self.name)
                 };
+                let admin = sea_orm::Database::connect(&admin_url).await?;
                 admin.execute_unprepared(&sql).await?;
             }
         }
@@ -145,4 +149,36 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Terminates every connection to the database at `db_url` but the caller's (PostgreSQL
+/// `pg_terminate_backend`, MariaDB `KILL`), as a crashed or restarted database would; returns
+/// how many were terminated.
+///
+/// # Errors
+/// The server is not reachable.
+pub async fn terminate_connections(db_url: &str) -> anyhow::Result<i64> {
+    use sea_orm::{DbBackend, Statement};
+    let (server, name) = db_url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("no database in {db_url}"))?;
+    if db_url.starts_with("postgres") {
+        let admin = sea_orm::Database::connect(format!("{server}/postgres")).await?;
+        let sql = format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()");
+        let row = admin.query_one_raw(Statement::from_string(DbBackend::Postgres, sql)).await?;
+        admin.close().await?;
+        return Ok(row.map(|r| r.try_get_by_index::<i64>(0)).transpose()?.unwrap_or(0));
+    }
+    let admin = sea_orm::Database::connect(format!("{server}/mysql")).await?;
+    let sql = format!("SELECT id FROM information_schema.processlist WHERE db = '{name}' AND id <> CONNECTION_ID()");
+    let ids: Vec<i64> = admin
+        .query_all_raw(Statement::from_string(DbBackend::MySql, sql))
+        .await?
+        .iter()
+        .filter_map(|r| r.try_get_by_index::<i64>(0).ok().or_else(|| r.try_get_by_index::<u64>(0).ok().map(|v| v as i64)))
+        .collect();
+    for id in &ids {
+        // The connection may have ended on its own meanwhile.
+        let _ = admin.execute_unprepared(&format!("KILL {id}")).await;
+    }
+    admin.close().await?;
+    Ok(ids.len() as i64)
 }
