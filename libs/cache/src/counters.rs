@@ -259,7 +259,7 @@ for i = 2, #ARGV, 4 do
   if q > oq then
     dl = dl + l - ol
     df = df + f - of
-    redis.call('HSET', KEYS[2], ARGV[i], q .. ':' .. l .. ':' .. f)
+    redis.call('HSET', KEYS[2], ARGV[i], string.format('%d:%d:%d', q, l, f))
   end
 end
 local v = rd(redis.call('HGET', KEYS[1], ARGV[1]))

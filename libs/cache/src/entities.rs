@@ -87,6 +87,13 @@ local function reader(s)
   function r.done() return i == #s + 1 end
   return r
 end
+-- Redis's clock in microseconds: the floor of every new toggle sequence, so that sequences
+-- keep rising across a lost or flushed Redis (a state created again starts above every
+-- sequence the old one handed out, unless it saw a million toggles a second)
+local function clock_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local function empty_metric() return {count = 0, spill = false, mark = 0, chunks = {}, small = {}, big = {}} end
 -- seq, like count, fav count from the front of a state (0s for a missing one), or nil when
 -- it is malformed there: what count reads need, without decoding the actors
@@ -345,7 +352,8 @@ local function malformed() return redis.error_reply('ERR socialgraph: malformed 
 /// (`actor|owner|metric|delta|ms|tp`).
 ///
 /// One atomic step: flips the fact (converting the metric's representation when it pays),
-/// bumps the sequence, moves the count and appends the event to the entity's outbox. Returns
+/// bumps the sequence (to at least Redis's clock in µs + 1, see `clock_us`), moves the count
+/// and appends the event to the entity's outbox. Returns
 /// {changed, seq}; an error reply when the state is malformed.
 const TOGGLE: &str = r"
 local st = decode(redis.call('GET', KEYS[1]))
@@ -355,9 +363,9 @@ local a = tonumber(ARGV[2])
 local want = ARGV[4] == '1'
 if has(m, a, ARGV[3], KEYS[3], KEYS[4]) == want then return {0, st.seq} end
 flip(m, a, ARGV[3], want, KEYS[3], KEYS[4])
-st.seq = st.seq + 1
+st.seq = math.max(st.seq + 1, clock_us() + 1)
 redis.call('SET', KEYS[1], encode(st))
-redis.call('RPUSH', KEYS[2], st.seq .. '|' .. ARGV[5])
+redis.call('RPUSH', KEYS[2], string.format('%d', st.seq) .. '|' .. ARGV[5])
 return {1, st.seq}
 ";
 
@@ -379,9 +387,13 @@ return {st.m[1].count, st.m[2].count}
 ";
 
 /// KEYS: state. Returns {seq, like, fav}: the counts with the toggle sequence they reflect (read
-/// from the state's front; the actors are not decoded).
+/// from the state's front; the actors are not decoded). A missing state is {now in µs, 0, 0}:
+/// no likes as of now, newer than anything a Redis that lost it had said of it and older than
+/// any toggle to come (a copy of a state read before a flush cannot outlive this one).
 const STATE: &str = r"
-local q, l, f = header(redis.call('GET', KEYS[1]))
+local s = redis.call('GET', KEYS[1])
+if not s then return {clock_us(), 0, 0} end
+local q, l, f = header(s)
 if not q then return malformed() end
 return {q, l, f}
 ";
