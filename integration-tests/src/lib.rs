@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 
 pub mod cache;
 pub mod facts;
+pub mod faults;
 pub mod feeds;
 pub mod gateway;
 mod mesh;
