@@ -234,7 +234,9 @@ where
     // accepts connections before the server runs).
     socialgraph_testkit::eventually(Duration::from_secs(20), "the service to answer health checks with SERVING", || async {
         use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-        let Ok(channel) = Channel::from_shared(format!("http://{addr}"))?.connect().await else { return Ok(None) };
+        // Each attempt bounded: a connection or an answer that never comes is another try.
+        let channel = Channel::from_shared(format!("http://{addr}"))?.connect_timeout(Duration::from_secs(2)).timeout(Duration::from_secs(2));
+        let Ok(channel) = channel.connect().await else { return Ok(None) };
         let answer = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await;
         Ok(answer.ok().filter(|r| r.get_ref().status == ServingStatus::Serving as i32).map(|_| ()))
     })

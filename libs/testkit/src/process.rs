@@ -92,5 +92,30 @@ pub async fn broker(port: u16, dir: &std::path::Path) -> anyhow::Result<Instance
         .spawn()
         .context("the tansu broker is not installed: run `make deps`")?;
     wait_port(port, "tansu").await?;
+    add_fetch_index(dir).await?;
     Ok(Instance { child, port })
+}
+
+/// Adds the index the broker's SQLite schema lacks (as `scripts/tansu.sh` does): without it
+/// every fetch scans all record headers, and a broker holding a few hundred thousand records
+/// spends its CPU on that while producers and consumers wait (a soak stalled so).
+async fn add_fetch_index(dir: &std::path::Path) -> anyhow::Result<()> {
+    const SQL: &str = "create index if not exists header_topition_offset on header(topition, offset_id);";
+    let started = std::time::Instant::now();
+    loop {
+        let out = Command::new("sqlite3")
+            .args(["-cmd", ".timeout 10000", "tansu.db", SQL])
+            .current_dir(dir)
+            .output()
+            .await
+            .context("sqlite3 is not installed: run `make deps`")?;
+        if out.status.success() {
+            return Ok(());
+        }
+        // The broker creates its schema as it starts.
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            anyhow::bail!("indexing the broker's record headers failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
