@@ -6,6 +6,7 @@
 #   make stop    stop what make run started
 #   make run-mesh  make deps, build, and start the three services of the distributed mesh
 #   make bench   the benchmarks (release build; prints numbers)
+#   make soak    ten minutes of writes with a fault every minute, then every view checked
 #   make bench-falkordb  install and start FalkorDB, then the cache benchmark beside it
 #   make lint    rustfmt check and clippy
 #   make openapi regenerate services/gateway/openapi.json from the proto's google.api.http routes
@@ -18,7 +19,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench bench-falkordb lint openapi
+.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench soak bench-falkordb lint openapi
 
 deps:
 	bash scripts/deps.sh
@@ -65,6 +66,11 @@ run-mesh: deps build
 
 bench: deps
 	$(CARGO) run --release -p socialgraph-integration-tests --bin bench -- all
+
+# Ten minutes of the mixed workload at 80 % of the sustainable rate with a fault every minute
+# (ARGS="--secs 120" for a shorter one); prints per-minute numbers and the final mismatches.
+soak: deps
+	$(CARGO) run --release -p socialgraph-integration-tests --bin bench -- soak $(ARGS)
 
 bench-falkordb: deps
 	bash scripts/falkordb.sh

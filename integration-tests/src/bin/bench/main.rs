@@ -31,6 +31,7 @@ mod projection;
 mod raw;
 mod relation;
 mod report;
+mod soak;
 mod sustained;
 
 use std::time::Instant;
@@ -70,6 +71,9 @@ enum Part {
     Sustained(SustainedArgs),
     /// CPU of the broker and of the services while the mesh receives nothing.
     Idle(IdleArgs),
+    /// The fault catalogue's mixed workload at 80 % of the sustainable rate for ten minutes,
+    /// a fault every minute; then every view against the source of truth.
+    Soak(SoakArgs),
     /// Following pages and relationship batches with the following-list cache warm, cold and
     /// off, beside ZREVRANGE/ZMSCORE and PostgreSQL.
     Cache(CacheArgs),
@@ -202,6 +206,22 @@ struct SustainedArgs {
     rate: u32,
 }
 
+#[derive(Parser, Clone)]
+struct SoakArgs {
+    /// Seconds of the run.
+    #[arg(long, default_value_t = 600)]
+    secs: u64,
+    /// Seconds between two faults.
+    #[arg(long, default_value_t = 60)]
+    fault_every: u64,
+    /// Offered ops/s; 0 = 80 % of the end-to-end rate of a 10 s closed-loop run and its drain.
+    #[arg(long, default_value_t = 0)]
+    rate: u32,
+    /// Users who follow each other and toggle likes.
+    #[arg(long, default_value_t = 2_000)]
+    users: i64,
+}
+
 fn defaults<T: Parser>() -> T {
     T::parse_from(["bench"])
 }
@@ -227,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
         Part::Idle(a) => idle::run(&a).await?,
         Part::Cache(a) => cache::run(&a).await?,
         Part::Sustained(a) => sustained::run(&a).await?,
+        Part::Soak(a) => soak::run(&a).await?,
         Part::Feeds(a) => feeds::run(&a).await?,
         Part::All => {
             relation::run(&defaults()).await?;
