@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::process::{self, Instance};
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
@@ -135,6 +138,28 @@ where
             Err(s) => anyhow::bail!("failed after {:?}: {s:?}", started.elapsed()),
         }
     }
+}
+
+/// One random change of the follow graph among users `1..=users`: a follows or unfollows b
+/// (a != b, follows 70 %), retried as [`retried`] does.
+///
+/// # Errors
+/// See [`retried`].
+pub async fn follow_or_unfollow(tally: &Tally, rc: &RelationServiceClient<Channel>, rng: &mut impl Rng, users: i64) -> anyhow::Result<()> {
+    let (a, b) = (rng.random_range(1..=users), rng.random_range(1..users));
+    let b = if b >= a { b + 1 } else { b };
+    let follow = rng.random_bool(0.7);
+    retried(tally, || {
+        let mut rc = rc.clone();
+        async move {
+            if follow {
+                rc.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(drop)
+            } else {
+                rc.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await.map(drop)
+            }
+        }
+    })
+    .await
 }
 
 /// A channel to `addr` that connects on first use and reconnects after its server restarts.

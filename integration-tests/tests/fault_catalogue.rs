@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use socialgraph_integration_tests::faults::{Fault, Tally, World, mismatches, retried};
+use socialgraph_integration_tests::faults::{Fault, Tally, World, follow_or_unfollow, mismatches, retried};
 use socialgraph_integration_tests::model::{Model, Toggle, toggle};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
-use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::Backend;
 use tonic::transport::Channel;
 
@@ -43,20 +42,7 @@ async fn worker(w: i64, seed: u64, relation: Channel, counter: Channel, tally: A
     let mut rng = StdRng::seed_from_u64(seed * 100 + w as u64);
     let mut model = Model::default();
     for _ in 0..OPS {
-        let (a, b) = (rng.random_range(1..=USERS), rng.random_range(1..USERS));
-        let b = if b >= a { b + 1 } else { b };
-        let follow = rng.random_bool(0.7);
-        retried(&tally, || {
-            let mut rc = rc.clone();
-            async move {
-                if follow {
-                    rc.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(drop)
-                } else {
-                    rc.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await.map(drop)
-                }
-            }
-        })
-        .await?;
+        follow_or_unfollow(&tally, &rc, &mut rng, USERS).await?;
         let (actor, e) = (w * 10 + rng.random_range(1..=10), rng.random_range(1..=ENTITIES));
         let op = TOGGLES[rng.random_range(0..TOGGLES.len())];
         let (_, active) = retried(&tally, || {

@@ -15,13 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use socialgraph_integration_tests::faults::{Fault, Tally, World, lazy, mismatches, retried};
+use socialgraph_integration_tests::faults::{Fault, Tally, World, follow_or_unfollow, lazy, mismatches, retried};
 use socialgraph_integration_tests::model::{Model, Toggle, toggle};
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::projection::v1::GetProjectionStatusRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
-use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::Backend;
 use tonic::transport::Channel;
 
@@ -67,20 +66,7 @@ impl Load {
         let started = Instant::now();
         let k = i % CONNECTIONS;
         if rng.random_bool(0.5) {
-            let (a, b) = (rng.random_range(1..=self.users), rng.random_range(1..self.users));
-            let b = if b >= a { b + 1 } else { b };
-            let follow = rng.random_bool(0.7);
-            retried(&self.tally, || {
-                let mut rc = self.relation[k].clone();
-                async move {
-                    if follow {
-                        rc.follow(FollowRequest { follower_id: a, followee_id: b }).await.map(drop)
-                    } else {
-                        rc.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await.map(drop)
-                    }
-                }
-            })
-            .await?;
+            follow_or_unfollow(&self.tally, &self.relation[k], &mut rng, self.users).await?;
         } else {
             let (actor, e) = (rng.random_range(1..=self.users), rng.random_range(1..=ENTITIES));
             let (op, owner) = (TOGGLES[rng.random_range(0..TOGGLES.len())], OWNERS_FROM + e % OWNERS);
