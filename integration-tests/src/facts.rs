@@ -1,7 +1,6 @@
 //! Like/fav facts read straight from Redis, beside what counter-svc answers: the decoded entity
 //! state, the number of actors a metric's facts hold, and a fault that corrupts a stored count.
 
-use redis::aio::MultiplexedConnection;
 use socialgraph_cache::entity_layout::EntityLayout;
 use socialgraph_cache::keys::EntityKeys;
 
@@ -9,7 +8,7 @@ use socialgraph_cache::keys::EntityKeys;
 ///
 /// # Errors
 /// Redis failed, or the state is malformed.
-pub async fn layout(conn: &mut MultiplexedConnection, keys: &EntityKeys) -> anyhow::Result<EntityLayout> {
+pub async fn layout(conn: &mut socialgraph_cache::Conn, keys: &EntityKeys) -> anyhow::Result<EntityLayout> {
     let raw: Option<Vec<u8>> = redis::AsyncCommands::get(conn, keys.state()).await?;
     Ok(raw.map(|r| EntityLayout::decode(&r).ok_or_else(|| anyhow::anyhow!("malformed state of {}", keys.state()))).transpose()?.unwrap_or_default())
 }
@@ -19,7 +18,7 @@ pub async fn layout(conn: &mut MultiplexedConnection, keys: &EntityKeys) -> anyh
 ///
 /// # Errors
 /// Redis failed, or the state is malformed.
-pub async fn actors_in_facts(conn: &mut MultiplexedConnection, keys: &EntityKeys, metric: usize) -> anyhow::Result<u64> {
+pub async fn actors_in_facts(conn: &mut socialgraph_cache::Conn, keys: &EntityKeys, metric: usize) -> anyhow::Result<u64> {
     let name = ["like", "fav"][metric];
     let m = layout(conn, keys).await?.metrics[metric].clone();
     let mut n = (m.small.len() + m.big.len()) as u64;
@@ -37,7 +36,7 @@ pub async fn actors_in_facts(conn: &mut MultiplexedConnection, keys: &EntityKeys
 ///
 /// # Errors
 /// Redis failed, or the state is missing or malformed.
-pub async fn corrupt_like_count(conn: &mut MultiplexedConnection, keys: &EntityKeys, by: u64) -> anyhow::Result<()> {
+pub async fn corrupt_like_count(conn: &mut socialgraph_cache::Conn, keys: &EntityKeys, by: u64) -> anyhow::Result<()> {
     let body = "local st = decode(redis.call('GET', KEYS[1])) st.m[1].count = st.m[1].count + tonumber(ARGV[1]) \
                 redis.call('SET', KEYS[1], encode(st)) return 1";
     let script = redis::Script::new(&format!("{}{body}", socialgraph_cache::entities::LUA_STATE));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
-use socialgraph_testkit::process::{self, Instance};
+use socialgraph_testkit::process::{self, Instance, RedisCluster};
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -50,6 +50,10 @@ pub enum Fault {
     TerminateDatabaseConnections,
     /// The counter Redis stopped for [`DOWN`] and started again from its append-only file.
     CounterRedisDown,
+    /// On a three-node Redis Cluster holding the counters and the caches: every slot of the
+    /// first node migrated to the second, then 4,000 of those on to the third (not in
+    /// [`Self::ALL`]: its world runs on a cluster, where the single-Redis faults do not apply).
+    SlotMigration,
 }
 
 impl Fault {
@@ -73,7 +77,7 @@ impl Fault {
             Self::KillProjection | Self::BrokerDown | Self::FlushCounterRedis => &[],
             Self::KillCounter | Self::KillRelationMidRelay | Self::DeleteAllOffsets => RESTARTING,
             Self::RollingRestart => &["Unavailable", "Unsent", "GoAway"],
-            Self::TerminateDatabaseConnections | Self::CounterRedisDown => &["Unavailable"],
+            Self::TerminateDatabaseConnections | Self::CounterRedisDown | Self::SlotMigration => &["Unavailable"],
         }
     }
 
@@ -175,7 +179,10 @@ pub fn lazy(addr: std::net::SocketAddr) -> anyhow::Result<Channel> {
 pub struct World {
     /// The mesh.
     pub m: Mesh,
-    redis: Instance,
+    redis: Option<Instance>,
+    /// The Redis Cluster of a [`Fault::SlotMigration`] world (counters and caches), instead of
+    /// `redis`.
+    pub cluster: Option<RedisCluster>,
     /// The append-only file's directory, when Redis keeps one.
     aof: Option<PathBuf>,
     broker: Option<(Instance, PathBuf)>,
@@ -188,10 +195,6 @@ impl World {
     /// A store or service that does not start.
     pub async fn start(backend: Backend, faults: &[Fault]) -> anyhow::Result<Self> {
         let aof = faults.contains(&Fault::CounterRedisDown).then(|| std::env::temp_dir().join(socialgraph_testkit::unique("sg-aof-")));
-        let redis = match &aof {
-            Some(dir) => process::redis_with_aof(0, dir).await?,
-            None => process::redis(0).await?,
-        };
         let broker = if faults.contains(&Fault::BrokerDown) {
             let dir = std::env::temp_dir().join(socialgraph_testkit::unique("sg-broker-"));
             Some((process::broker(process::free_port()?, &dir).await?, dir))
@@ -199,8 +202,18 @@ impl World {
             None
         };
         let brokers = broker.as_ref().map_or_else(kafka::brokers, |(b, _)| vec![format!("127.0.0.1:{}", b.port)]);
+        if faults.contains(&Fault::SlotMigration) {
+            let cluster = process::redis_cluster(3).await?;
+            let url = cluster.url();
+            let m = Mesh::start_tuned(backend, &url, &brokers, |c| c.url.clone_from(&url)).await?;
+            return Ok(Self { m, redis: None, cluster: Some(cluster), aof, broker });
+        }
+        let redis = match &aof {
+            Some(dir) => process::redis_with_aof(0, dir).await?,
+            None => process::redis(0).await?,
+        };
         let m = Mesh::start_on(backend, &format!("redis://127.0.0.1:{}", redis.port), &brokers).await?;
-        Ok(Self { m, redis, aof, broker })
+        Ok(Self { m, redis: Some(redis), cluster: None, aof, broker })
     }
 
     /// Lazy channels to relation-svc and counter-svc (they follow restarts on the same ports).
@@ -237,10 +250,22 @@ impl World {
                 *broker = process::broker(broker.port, dir).await?;
             }
             Fault::CounterRedisDown => {
-                let Some(aof) = &self.aof else { anyhow::bail!("this Redis keeps no append-only file: start the world for CounterRedisDown") };
-                self.redis.kill().await?;
+                let (Some(aof), Some(redis)) = (&self.aof, self.redis.as_mut()) else {
+                    anyhow::bail!("this Redis keeps no append-only file: start the world for CounterRedisDown")
+                };
+                redis.kill().await?;
                 tokio::time::sleep(DOWN).await;
-                self.redis = process::redis_with_aof(self.redis.port, aof).await?;
+                *redis = process::redis_with_aof(redis.port, aof).await?;
+            }
+            Fault::SlotMigration => {
+                let Some(cluster) = &self.cluster else { anyhow::bail!("this world has no Redis Cluster: start it for SlotMigration") };
+                let started = Instant::now();
+                let all = cluster.slots_of(0).await?;
+                cluster.reshard(0, 1, all).await?;
+                cluster.reshard(1, 2, 4_000).await?;
+                let held = [cluster.slots_of(0).await?, cluster.slots_of(1).await?, cluster.slots_of(2).await?];
+                println!("{} slot migrations in {:?}; slots per node now {held:?}", all + 4_000, started.elapsed());
+                anyhow::ensure!(held[0] == 0 && held.iter().sum::<u32>() == 16_384, "unexpected slot map {held:?}");
             }
             Fault::FlushCounterRedis => {
                 let _: () = redis::cmd("FLUSHALL").query_async(&mut redis_conn(&m.redis_url).await?).await?;
@@ -280,14 +305,46 @@ impl World {
         Ok(())
     }
 
+    /// Reads the following list and follower window of each of `users` once, so that their
+    /// caches fill (in the background, as the services fill them).
+    ///
+    /// # Errors
+    /// A call failed.
+    pub async fn read_lists(&self, users: &[i64]) -> anyhow::Result<()> {
+        use socialgraph_proto::projection::v1::ListFollowersRequest;
+        use socialgraph_proto::relation::v1::ListFollowingRequest;
+        let (mut rc, mut pc) = (self.m.relation.client().await?, self.m.projection.projection().await?);
+        for &user_id in users {
+            rc.list_following(ListFollowingRequest { user_id, page_size: 1000, ..Default::default() }).await?;
+            pc.list_followers(ListFollowersRequest { user_id, page_size: 1000, ..Default::default() }).await?;
+        }
+        Ok(())
+    }
+
+    /// On a [`Fault::SlotMigration`] world at lag 0: asserts that every cached following list
+    /// and follower window of `users` on the cluster equals the tables; returns how many were
+    /// cached.
+    ///
+    /// # Errors
+    /// No cluster, or the cluster or the database failed; a difference panics.
+    pub async fn cached_lists_exact(&self, users: &[i64]) -> anyhow::Result<usize> {
+        let Some(cluster) = &self.cluster else { anyhow::bail!("this world has no Redis Cluster") };
+        let prefix = crate::cache_settings(&self.m.topics.relation).key_prefix;
+        let mut cached = 0;
+        for following in [true, false] {
+            cached += crate::cache::assert_cached_exact(&self.m.db, &cluster.url(), &prefix, following, users).await?;
+        }
+        Ok(cached)
+    }
+
     /// Stops the mesh and the stores and removes their files.
     ///
     /// # Errors
     /// A service that fails on its way out.
     pub async fn stop(self) -> anyhow::Result<()> {
-        let Self { m, redis, aof, broker } = self;
+        let Self { m, redis, cluster, aof, broker } = self;
         m.stop().await?;
-        drop(redis);
+        drop((redis, cluster));
         if let Some(dir) = aof {
             let _ = std::fs::remove_dir_all(dir);
         }

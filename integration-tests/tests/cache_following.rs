@@ -76,13 +76,13 @@ async fn walk_join(client: &mut RelationServiceClient<Channel>, a: i64, b: i64, 
     }
 }
 
-async fn cache_up() -> anyhow::Result<redis::aio::MultiplexedConnection> {
+async fn cache_up() -> anyhow::Result<socialgraph_cache::Conn> {
     let url = cache_redis_url();
     redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))
 }
 
 /// Deletes every cache key under `prefix` (a flush of one mesh's cache).
-async fn flush_prefix(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) -> anyhow::Result<()> {
+async fn flush_prefix(conn: &mut socialgraph_cache::Conn, prefix: &str) -> anyhow::Result<()> {
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
     if !keys.is_empty() {
         let _: i64 = redis::cmd("DEL").arg(keys).query_async(conn).await?;

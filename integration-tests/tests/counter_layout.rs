@@ -49,7 +49,7 @@ async fn toggle_all(c: &mut CounterServiceClient<Channel>, entity: i64, actors: 
 /// the model; the sample holds members and non-members.
 async fn assert_exact(
     c: &mut CounterServiceClient<Channel>,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut socialgraph_cache::Conn,
     keys: &EntityKeys,
     entity: i64,
     model: &BTreeSet<i64>,

@@ -1,17 +1,19 @@
 //! The fault catalogue: every fault the design claims to survive, one scenario each, on real
-//! PostgreSQL (and MariaDB where marked), the broker and a Redis of the scenario's own.
+//! PostgreSQL (and MariaDB where marked), the broker and a Redis of the scenario's own (for the
+//! slot migration, a three-node Redis Cluster holding the counters and the caches).
 //!
 //! Each scenario runs a bounded random workload (follows, unfollows, likes, unlikes, favs) from
-//! four workers in two halves, injects its fault between or during the second half, lets the
-//! mesh reach lag 0 and counts mismatches: the follower table against the source transposed,
-//! every touched user's counters against exact counts (follows from the `following` table,
-//! likes and favs received from the facts the toggles reported), every touched entity's counts
-//! against its facts. It prints ops done, errors by code, time to lag 0 and mismatches, and
-//! passes with zero mismatches and no error but the kinds its fault may cause. A write that
-//! fails is retried until it succeeds (as a client would), so nothing the workload meant to do
-//! is dropped and every like's last answer is its fact.
+//! four workers in two halves (for a slot migration, as many as it lasts), injects its fault
+//! between or during the second half, lets the mesh reach lag 0 and counts mismatches: the follower
+//! table against the source transposed, every touched user's counters against exact counts (follows
+//! from the `following` table, likes and favs received from the facts the toggles reported), every
+//! touched entity's counts against its facts. It prints ops done, errors by code, time to lag 0 and
+//! mismatches, and passes with zero mismatches and no error but the kinds its fault may cause. A
+//! write that fails is retried until it succeeds (as a client would), so nothing the workload meant
+//! to do is dropped and every like's last answer is its fact.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -69,8 +71,14 @@ async fn half((relation, counter): (Channel, Channel), seed: u64, tally: &Arc<Ta
 
 async fn scenario(backend: Backend, fault: Fault) -> anyhow::Result<()> {
     let mut world = World::start(backend, &[fault]).await?;
-    let (tally, mut model) = (Arc::new(Tally::default()), Model::default());
+    let (tally, mut model, mut halves) = (Arc::new(Tally::default()), Model::default(), 1);
+    let users: Vec<i64> = (1..=USERS).chain((0..5).map(|i| 100 + i)).collect();
     half(world.channels()?, 1, &tally, &mut model).await?;
+    if fault == Fault::SlotMigration {
+        // Cached lists on the cluster, for the second half's events to change while they move.
+        world.read_lists(&users).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     if matches!(fault, Fault::FlushCounterRedis | Fault::DeleteAllOffsets | Fault::TerminateDatabaseConnections) {
         // Between the halves.
         world.strike(fault).await?;
@@ -78,27 +86,47 @@ async fn scenario(backend: Backend, fault: Fault) -> anyhow::Result<()> {
             // The like facts are gone with Redis: from now on the facts are what is toggled.
             model = Model::default();
         }
-        half(world.channels()?, 2, &tally, &mut model).await?;
+        halves += 1;
+        half(world.channels()?, halves, &tally, &mut model).await?;
     } else {
         // While the workers write: the consumers are applying and the relay is publishing
         // (maybe between the broker's acknowledgement and its delete); an outage lasts through
         // most of the half.
-        let workload = half(world.channels()?, 2, &tally, &mut model);
+        // A slot migration outlasts one half: the workload goes on (with fresh seeds) until
+        // it is over, so that every slot moves under load.
+        let struck = AtomicBool::new(false);
+        let channels = world.channels()?;
+        let workload = async {
+            let started = Instant::now();
+            loop {
+                halves += 1;
+                half(channels.clone(), halves, &tally, &mut model).await?;
+                if fault != Fault::SlotMigration || struck.load(Ordering::Relaxed) {
+                    return anyhow::Ok(started.elapsed());
+                }
+            }
+        };
         let strike = async {
             tokio::time::sleep(Duration::from_millis(150)).await;
-            world.strike(fault).await
+            let started = Instant::now();
+            let done = world.strike(fault).await.map(|()| started.elapsed());
+            struck.store(true, Ordering::Relaxed);
+            done
         };
         let (w, s) = tokio::join!(workload, strike);
-        w?;
-        s?;
+        println!("the workload wrote for {:?} after the first half; the fault lasted {:?} from 150 ms in", w?, s?);
     }
     let last_write = Instant::now();
     world.m.settle(SETTLE).await?;
     let to_lag_0 = last_write.elapsed();
-    let users: Vec<i64> = (1..=USERS).chain((0..5).map(|i| 100 + i)).collect();
     let wrong = mismatches(&world.m, &model, &users).await?;
+    if fault == Fault::SlotMigration {
+        let cached = world.cached_lists_exact(&users).await?;
+        println!("{cached} cached lists on the cluster equal the tables");
+        assert!(cached > 0, "the lists read before the migration are cached");
+    }
     let errors = tally.codes();
-    let ops = 2 * 2 * WORKERS as usize * OPS;
+    let ops = halves as usize * 2 * WORKERS as usize * OPS;
     println!("{fault:?} on {backend:?}: {ops} ops, errors {errors:?}, lag 0 {to_lag_0:?} after the last write, {wrong} mismatches");
     assert_eq!(wrong, 0, "{fault:?}: views differ from the source of truth");
     let tolerated = fault.tolerated();
@@ -128,4 +156,5 @@ scenarios! {
     f10_projection_killed_mid_apply_on_mariadb: MariaDb, KillProjection;
     f10_relation_killed_between_produce_and_delete_on_mariadb: MariaDb, KillRelationMidRelay;
     f10_all_consumer_offsets_deleted_on_mariadb: MariaDb, DeleteAllOffsets;
+    f11_slot_migration_on_a_redis_cluster: Postgres, SlotMigration;
 }

@@ -18,6 +18,7 @@ end
     };
 }
 
+pub mod cluster;
 pub mod counters;
 pub mod entities;
 pub mod entity_layout;
@@ -31,21 +32,39 @@ use std::time::Duration;
 /// A pool of multiplexed, self-reconnecting Redis connections. Take one with [`conn`].
 pub type Pool = bb8::Pool<Manager>;
 
+pub use cluster::Conn;
+
+/// The URL scheme of a Redis Cluster: `redis+cluster://host:port,host:port,…` names some of its
+/// nodes (any one that answers gives the slot map).
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+#[derive(Clone, Debug)]
+enum Client {
+    Single(Box<(redis::Client, redis::aio::ConnectionManagerConfig)>),
+    Cluster(cluster::Cluster),
+}
+
 /// bb8 manager of multiplexed connections that reconnect by themselves
-/// ([`redis::aio::ConnectionManager`]) with our connect and response timeouts (bb8-redis's
-/// manager keeps the client's 500 ms response timeout, below our settings).
+/// ([`redis::aio::ConnectionManager`]) to one server, or of handles on one [`cluster::Cluster`]
+/// client (one such connection per node, shared), with our connect and response timeouts
+/// (bb8-redis's manager keeps the client's 500 ms response timeout, below our settings).
 #[derive(Clone, Debug)]
 pub struct Manager {
-    client: redis::Client,
-    config: redis::aio::ConnectionManagerConfig,
+    client: Client,
 }
 
 impl bb8::ManageConnection for Manager {
-    type Connection = redis::aio::ConnectionManager;
+    type Connection = Conn;
     type Error = redis::RedisError;
 
     async fn connect(&self) -> Result<Self::Connection, Self::Error> {
-        redis::aio::ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
+        match &self.client {
+            Client::Single(single) => {
+                let (client, config) = single.as_ref();
+                Ok(Conn::Single(redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?))
+            }
+            Client::Cluster(cluster) => Ok(Conn::Cluster(cluster.clone(), 0)),
+        }
     }
 
     async fn is_valid(&self, conn: &mut Self::Connection) -> Result<(), Self::Error> {
@@ -60,6 +79,9 @@ impl bb8::ManageConnection for Manager {
 /// A Redis failure: unreachable, timed out, or an error reply.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    /// The URL is malformed (nothing was sent).
+    #[error("invalid Redis URL: {0}")]
+    Url(redis::RedisError),
     /// No connection could be had from the pool in time.
     #[error("redis unavailable: {0}")]
     Unavailable(String),
@@ -89,26 +111,34 @@ impl CacheError {
                     || e.is_connection_refusal()
                     || matches!(e.retry_method(), redis::RetryMethod::WaitAndRetry)
             }
-            Self::Reply(_) => false,
+            Self::Reply(_) | Self::Url(_) => false,
         }
     }
 }
 
 /// Builds a pool for `url` without connecting yet, so a service starts while Redis is down;
-/// a connect and a response each wait at most `timeout`. Connections are not tested on
+/// a connect and a response each wait at most `timeout`. `url` is a single server's
+/// (`redis://host:port/db`) or a cluster's ([`CLUSTER_SCHEME`]`host:port,host:port`, a user and
+/// password before the first host apply to every node). Connections are not tested on
 /// checkout (bb8's default PING would be a second round trip on every call): a connection that
 /// breaks fails the calls in flight on it and reconnects by itself for the next ones.
 ///
 /// # Errors
-/// The URL is malformed.
+/// The URL is malformed (a cluster's: no node, or a node that is not `HOST:PORT`).
 pub fn pool(url: &str, max_size: u32, timeout: Duration) -> Result<Pool, CacheError> {
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(1)
         .set_max_delay(timeout);
-    let manager = Manager { client: redis::Client::open(url)?, config };
-    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).test_on_check_out(false).build_unchecked(manager))
+    let client = match url.strip_prefix(CLUSTER_SCHEME) {
+        Some(rest) => {
+            let (auth, hosts) = rest.rsplit_once('@').map_or((String::new(), rest), |(a, h)| (format!("{a}@"), h));
+            Client::Cluster(cluster::Cluster::new(hosts, &auth, config).map_err(CacheError::Url)?)
+        }
+        None => Client::Single(Box::new((redis::Client::open(url).map_err(CacheError::Url)?, config))),
+    };
+    Ok(bb8::Pool::builder().max_size(max_size).connection_timeout(timeout).test_on_check_out(false).build_unchecked(Manager { client }))
 }
 
 /// Runs `call` (Redis work) for at most `timeout`.
@@ -121,7 +151,7 @@ pub async fn within<T>(timeout: Duration, call: impl std::future::Future<Output 
 
 /// Runs `pipe` on a connection of `pool` in one round trip, within `timeout`. When Redis lost
 /// its scripts (NOSCRIPT, after a restart or a flush of the script cache), loads `scripts` and
-/// runs the pipeline once more.
+/// runs the pipeline once more. On a cluster the pipeline is split by slot ([`cluster`]).
 ///
 /// # Errors
 /// Unavailable, timed out, an error reply, or a reply that is not a `T`.
@@ -131,8 +161,23 @@ pub async fn query_pipeline<T: redis::FromRedisValue>(
     pipe: &redis::Pipeline,
     scripts: &[&redis::Script],
 ) -> Result<T, CacheError> {
+    query_pipeline_ordered(pool, timeout, pipe, scripts, 0).await
+}
+
+/// [`query_pipeline`] where the first `first` commands complete before the others start, also
+/// on a cluster ([`Conn::ordered_first`]; a single server runs a pipeline in order anyway).
+///
+/// # Errors
+/// As [`query_pipeline`].
+pub async fn query_pipeline_ordered<T: redis::FromRedisValue>(
+    pool: &Pool,
+    timeout: Duration,
+    pipe: &redis::Pipeline,
+    scripts: &[&redis::Script],
+    first: usize,
+) -> Result<T, CacheError> {
     within(timeout, async {
-        let mut conn = conn(pool).await?;
+        let mut conn = conn(pool).await?.ordered_first(first);
         match pipe.query_async::<T>(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 for s in scripts {
@@ -152,7 +197,7 @@ pub async fn query_pipeline<T: redis::FromRedisValue>(
 ///
 /// # Errors
 /// [`CacheError::Unavailable`] when no connection could be had within the pool's timeout.
-pub async fn conn(pool: &Pool) -> Result<redis::aio::ConnectionManager, CacheError> {
+pub async fn conn(pool: &Pool) -> Result<Conn, CacheError> {
     Ok(pool.get().await.map_err(|e| CacheError::Unavailable(e.to_string()))?.clone())
 }
 

@@ -151,6 +151,37 @@ where
     }
 }
 
+/// The sessions of the database at `db_url`, one line each (id, state, time, query), and on
+/// MariaDB/MySQL the open InnoDB transactions of the server: what a test prints when something
+/// waits on the database longer than it should.
+///
+/// # Errors
+/// The server is unreachable.
+pub async fn sessions(db_url: &str) -> anyhow::Result<String> {
+    use sea_orm::{DbBackend, Statement};
+    let (server, name) = db_url.rsplit_once('/').ok_or_else(|| anyhow::anyhow!("no database in {db_url}"))?;
+    let (admin, backend, queries) = if db_url.starts_with("postgres") {
+        let q = format!(
+            "SELECT concat_ws(' | ', pid, state, now() - xact_start, wait_event_type, wait_event, left(query, 200)) FROM pg_stat_activity WHERE datname = '{name}'"
+        );
+        (sea_orm::Database::connect(format!("{server}/postgres")).await?, DbBackend::Postgres, vec![q])
+    } else {
+        let q = format!(
+            "SELECT CONCAT_WS(' | ', id, command, time, IFNULL(state, ''), LEFT(IFNULL(info, ''), 200)) FROM information_schema.processlist WHERE db = '{name}'"
+        );
+        let trx = "SELECT CONCAT_WS(' | ', 'trx of', trx_mysql_thread_id, trx_state, trx_started, trx_rows_locked, LEFT(IFNULL(trx_query, ''), 200)) FROM information_schema.innodb_trx".to_owned();
+        (sea_orm::Database::connect(format!("{server}/mysql")).await?, DbBackend::MySql, vec![q, trx])
+    };
+    let mut out = Vec::new();
+    for q in queries {
+        for r in admin.query_all_raw(Statement::from_string(backend, q)).await? {
+            out.push(r.try_get_by_index::<Option<String>>(0).ok().flatten().unwrap_or_default());
+        }
+    }
+    admin.close().await?;
+    Ok(out.join("\n"))
+}
+
 /// Terminates every connection to the database at `db_url` but the caller's (PostgreSQL
 /// `pg_terminate_backend`, MariaDB `KILL`), as a crashed or restarted database would; returns
 /// how many were terminated.

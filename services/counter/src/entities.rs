@@ -193,12 +193,13 @@ impl Entities {
         let index = if metric == FAV { FAV_INDEX } else { LIKE_INDEX };
         let entry = crate::outbox::entry_template(actor_id, owner_id, metric, if wanted { 1 } else { -1 }, now_ms());
         inv.arg(index).arg(small).arg(bytes.as_slice()).arg(u8::from(wanted)).arg(entry);
-        // Register the entity in the relay's index before the script (same round trip): a crash
-        // in between leaves an index entry with an empty outbox, never an unindexed event.
+        // Register the entity in the relay's index before the script (same round trip; on a
+        // cluster, where they are different slots, the index entry completes first): a crash in
+        // between leaves an index entry with an empty outbox, never an unindexed event.
         let mut pipe = redis::pipe();
         pipe.zadd(self.store.keys.pending_entities(), format!("{}:{}", entity.entity_type, entity.entity_id), now_ms()).ignore();
         pipe.invoke_script(&inv);
-        let v = self.store.query(&pipe).await.map_err(cache_error)?;
+        let v = self.store.query_ordered(&pipe, 1).await.map_err(cache_error)?;
         let (changed, _seq) = redis::from_redis_value::<(i64, i64)>(v.into_iter().next().unwrap_or(Value::Nil)).map_err(ApiError::internal)?;
         if changed == 1 {
             self.relay_wake.notify_one();

@@ -71,11 +71,17 @@ impl Store {
     /// Runs `pipe` in one round trip; on NOSCRIPT loads every script and retries once.
     /// An empty pipeline answers an empty list without a round trip.
     pub async fn query(&self, pipe: &Pipeline) -> Result<Vec<Value>, CacheError> {
+        self.query_ordered(pipe, 0).await
+    }
+
+    /// [`Self::query`] where the first `first` commands complete before the others start, on a
+    /// Redis Cluster too (see [`socialgraph_cache::query_pipeline_ordered`]).
+    pub async fn query_ordered(&self, pipe: &Pipeline, first: usize) -> Result<Vec<Value>, CacheError> {
         if pipe.is_empty() {
             return Ok(Vec::new());
         }
         let scripts: Vec<&redis::Script> = self.scripts.all().into_iter().chain(self.entity_scripts.all()).collect();
-        socialgraph_cache::query_pipeline(&self.pool, self.timeout, pipe, &scripts).await
+        socialgraph_cache::query_pipeline_ordered(&self.pool, self.timeout, pipe, &scripts, first).await
     }
 
     /// The stored next offset of `consumer` on `topic`/`partition`.
@@ -251,8 +257,8 @@ impl Store {
     }
 
     /// Reads the counters of `users` in one round trip, in order: `None` for missing or
-    /// malformed. One HMGET per bucket of the batch, pipelined. Each HMGET stays in one slot,
-    /// but the pipeline mixes slots: on a Redis Cluster it must be split per slot first.
+    /// malformed. One HMGET per bucket of the batch, pipelined; each HMGET stays in one slot (on a
+    /// Redis Cluster the pipeline is split by slot, see `socialgraph_cache::cluster`).
     pub async fn read(&self, users: &[i64]) -> Result<Vec<Option<Sds>>, CacheError> {
         Ok(self.read_stored(users).await?.into_iter().map(|v| v.map(|s| s.counters)).collect())
     }

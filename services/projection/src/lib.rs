@@ -151,7 +151,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     registry.register(Box::new(lag.clone()))?;
     let progress: Progress = Progress::default();
     let channel = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
-    let cache = config.cache.list_caches().context("cache.url")?;
+    let cache = config.cache.list_caches().context("cache.url (SG_CACHE__URL)")?;
     let k = &config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
     let content_log = Arc::new(feed::KafkaContentLog::new(k.brokers.clone(), k.content_topic.clone(), k.partitions, deadline));

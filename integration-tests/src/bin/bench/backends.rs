@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rskafka::client::Client;
 use rskafka::client::partition::{PartitionClient, UnknownTopicHandling};
-use socialgraph_integration_tests::redis_conn;
+use socialgraph_integration_tests::raw_redis_conn;
 
 /// Partitions of the topics the test configurations create.
 pub(crate) const PARTITIONS: i32 = 4;
@@ -33,7 +33,7 @@ pub(crate) async fn partition_clients(client: &Client, topic: &str) -> anyhow::R
 /// A patient connection to the shared Redis (long response timeout: big pipelines on a busy
 /// machine).
 pub(crate) async fn bench_redis() -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    redis_conn(&socialgraph_testkit::redis_url()).await
+    raw_redis_conn(&socialgraph_testkit::redis_url()).await
 }
 
 /// A key prefix of this run's own Redis keys.

@@ -14,7 +14,7 @@ use socialgraph_cache::keys::Keys;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
-use socialgraph_integration_tests::{Mesh, cache_settings, metric, redis_conn, spawn_relation};
+use socialgraph_integration_tests::{Mesh, cache_settings, metric, raw_redis_conn, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
 use tonic::transport::Channel;
@@ -85,7 +85,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
 
     let cache = cache_settings(&mesh.topics.relation);
     let keys = Keys::new(cache.key_prefix.clone());
-    let mut cache_conn = redis_conn(&cache.url).await?;
+    let mut cache_conn = raw_redis_conn(&cache.url).await?;
     let users = sample(&by_followings, a.reads, 1);
     let others: Vec<Vec<i64>> = {
         let mut rng = StdRng::seed_from_u64(2);

@@ -9,7 +9,7 @@ use std::path::Path;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_cache::keys::Keys;
 use socialgraph_cli::FollowGraph;
-use socialgraph_integration_tests::{Mesh, cache_settings, metric, redis_conn};
+use socialgraph_integration_tests::{Mesh, cache_settings, metric, raw_redis_conn};
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_proto::projection::v1::{BatchCheckFollowersRequest, ListFollowersRequest};
 use tonic::transport::Channel;
@@ -49,7 +49,7 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
     };
     let cache = cache_settings(&mesh.topics.relation);
     let keys = Keys::new(cache.key_prefix.clone());
-    let cache_conn = redis_conn(&cache.url).await?;
+    let cache_conn = raw_redis_conn(&cache.url).await?;
     let client = ProjectionServiceClient::new(mesh.projection.channel().await?);
     let page = |c: &ProjectionServiceClient<Channel>, user: i64| {
         let mut c = c.clone();

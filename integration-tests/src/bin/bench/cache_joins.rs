@@ -4,7 +4,7 @@
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_cache::keys::Keys;
-use socialgraph_integration_tests::{Mesh, cache_settings, redis_conn};
+use socialgraph_integration_tests::{Mesh, cache_settings, raw_redis_conn};
 use socialgraph_proto::projection::v1::ListFollowersRequest;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
@@ -65,7 +65,7 @@ pub(crate) async fn run(
         let warm = timed(reads, none, |i| join(cached, users[i], others[i], common)).await?;
         let off = timed(reads, none, |i| join(plain, users[i], others[i], common)).await?;
         let keys = Keys::new(cache_settings(&mesh.topics.relation).key_prefix);
-        let conn = redis_conn(&cache_settings(&mesh.topics.relation).url).await?;
+        let conn = raw_redis_conn(&cache_settings(&mesh.topics.relation).url).await?;
         let raw_redis = timed(reads, none, |i| {
             let mut conn = conn.clone();
             let second = if common { keys.following(others[i]) } else { keys.followers(others[i]) };

@@ -421,11 +421,13 @@ impl ListCache {
             }
         }
         let mut changed = 0;
-        for (pipe, n) in &pipes {
+        for (i, (pipe, n)) in pipes.iter().enumerate() {
             if *n == 0 && mark.is_none() {
                 continue;
             }
-            let counts: Vec<u64> = crate::query_pipeline(&self.pool, self.limits.timeout, pipe, &[&self.scripts.apply]).await?;
+            // The mark completes before the scripts also on a cluster (another slot).
+            let first = usize::from(i == 0 && mark.is_some());
+            let counts: Vec<u64> = crate::query_pipeline_ordered(&self.pool, self.limits.timeout, pipe, &[&self.scripts.apply], first).await?;
             changed += counts.iter().sum::<u64>();
         }
         Ok(changed)
