@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# One image with every socialgraph binary: relation-svc, projection-svc, counter-svc, the
-# HTTP/JSON gateway (`gateway`) and the socialgraph CLI, in /usr/local/bin. The Helm chart
+# One image with every socialgraph binary: relation-svc, projection-svc, counter-svc,
+# message-svc, the HTTP/JSON gateway (`gateway`) and the socialgraph CLI, in /usr/local/bin. The Helm chart
 # (helm/socialgraph) runs each service and the gateway by naming its binary as the container
 # command.
 #
@@ -15,10 +15,11 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --workspace \
-        --bin relation-svc --bin projection-svc --bin counter-svc --bin gateway --bin socialgraph \
+        --bin relation-svc --bin projection-svc --bin counter-svc --bin message-svc --bin gateway --bin socialgraph \
     && mkdir -p /out \
     && cp target/release/relation-svc target/release/projection-svc \
-          target/release/counter-svc target/release/gateway target/release/socialgraph /out/
+          target/release/counter-svc target/release/message-svc target/release/gateway \
+          target/release/socialgraph /out/
 
 FROM debian:bookworm-slim
 # CA certificates for TLS to databases, Redis, brokers and the OTLP collector.
@@ -31,8 +32,8 @@ RUN apt-get update \
 COPY --from=builder /out/ /usr/local/bin/
 # Numeric, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
-# gRPC: relation 50051, projection 50052, counter 50053; gateway HTTP/JSON: 8080;
-# admin HTTP: 9101, 9102, 9103, gateway 9104.
-EXPOSE 50051 50052 50053 8080 9101 9102 9103 9104
+# gRPC: relation 50051, projection 50052, counter 50053, message 50054; gateway HTTP/JSON: 8080;
+# admin HTTP: 9101, 9102, 9103, gateway 9104, message 9105.
+EXPOSE 50051 50052 50053 50054 8080 9101 9102 9103 9104 9105
 ENV RUST_LOG=info
 CMD ["relation-svc", "serve"]

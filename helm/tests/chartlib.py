@@ -32,11 +32,14 @@ NAMESPACE = "social"
 SERVICES = ("relation", "projection", "counter")
 CONSUMERS = ("projection", "counter")
 DEFAULT_PORTS = {"relation": (50051, 9101), "projection": (50052, 9102), "counter": (50053, 9103)}
+# message-svc: a Deployment like relation-svc (outbox and relay), not called by the gateway.
+MESSAGE = "message"
+MESSAGE_PORTS = (50054, 9105)  # gRPC, admin (9105: the gateway has 9104)
 # The HTTP/JSON gateway in front of the three services: a stateless Deployment of its own.
 GATEWAY = "gateway"
 GATEWAY_PORTS = (8080, 9104)  # HTTP/JSON, admin
-COMPONENTS = SERVICES + (GATEWAY,)
-DEPLOYMENTS = ("relation", GATEWAY)
+COMPONENTS = SERVICES + (MESSAGE, GATEWAY)
+DEPLOYMENTS = ("relation", MESSAGE, GATEWAY)
 
 # Kinds kubernetes-validate has no schema for, with the schema the tests hold for them.
 CUSTOM_SCHEMAS = {

@@ -17,7 +17,8 @@ import yaml
 from kubernetes_validate import utils as kv
 
 import chartlib
-from chartlib import COMPONENTS, CONSUMERS, DEFAULT_PORTS, GATEWAY, GATEWAY_PORTS, RELEASE, SERVICES, merged, render
+from chartlib import (COMPONENTS, CONSUMERS, DEFAULT_PORTS, GATEWAY, GATEWAY_PORTS, MESSAGE, MESSAGE_PORTS, RELEASE,
+                      SERVICES, merged, render)
 
 # Everything a trial may give inline, and more than the defaults: separate projection database,
 # own Redis for counters, a cache Redis, tokens, key prefixes, IPv6 listen host, no autoscaling,
@@ -147,8 +148,9 @@ def test_production_runs_three_replicas_of_each_service(production):
     assert gateway_hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "apps/v1", "kind": "Deployment", "name": f"{RELEASE}-{GATEWAY}"}
     assert "replicas" not in production.workload(GATEWAY)["spec"]
-    fixed = render({n: {"autoscaling": {"enabled": False}, "replicas": 3} for n in ("relation", GATEWAY)})
+    fixed = render({n: {"autoscaling": {"enabled": False}, "replicas": 3} for n in ("relation", MESSAGE, GATEWAY)})
     assert fixed.workload("relation")["spec"]["replicas"] == 3
+    assert fixed.workload(MESSAGE)["spec"]["replicas"] == 3
     assert fixed.workload(GATEWAY)["spec"]["replicas"] == 3
     assert not fixed.of_kind("HorizontalPodAutoscaler")
 
@@ -180,8 +182,9 @@ def test_probes_are_native_grpc_on_each_services_grpc_port(variant):
         assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
             "grpc": (grpc_port, "grpc"), "admin": (admin_port, "admin")}
     # Callers inside the chart follow the ports.
-    assert rendered.environment("projection")["SG_RELATION__URL"] == (
-        f"http://{RELEASE}-relation:{ports['relation'][0]}")
+    for caller in ("projection", MESSAGE):
+        assert rendered.environment(caller)["SG_RELATION__URL"] == (
+            f"http://{RELEASE}-relation:{ports['relation'][0]}")
     assert rendered.environment("counter")["SG_PROJECTION__URL"] == (
         f"http://{RELEASE}-projection:{ports['projection'][0]}")
 
@@ -367,6 +370,14 @@ def test_unset_tokens_are_not_passed_at_all(default):
 CACHE_READERS = ("relation", "projection")
 
 
+def test_a_redis_cluster_url_is_accepted_for_the_counters_and_the_caches():
+    url = "redis+cluster://:pw@redis-0.redis:6379,redis-1.redis:6379"
+    rendered = render({"cache": {"url": url}, "counter": {"redis": {"url": url}}})
+    secret = rendered.get("Secret", f"{RELEASE}-socialgraph-inline")
+    for key in ("cache-redis-url", "counter-redis-url"):
+        assert base64.b64decode(secret["data"][key]).decode() == url
+
+
 def test_cache_url_is_passed_from_a_secret_to_relation_and_projection_only(default):
     # Off by default: no SG_CACHE__URL at all (the services' default, "", turns the caches off),
     # and nothing of the cache in any Secret.
@@ -427,7 +438,8 @@ COUNTER_SETTINGS = {
     "SG_KAFKA__CONTENT_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_CONSUMER__PARTITIONS", "SG_CONSUMER__MAX_WAIT_MS", "SG_CONSUMER__MAX_BYTES",
     "SG_CONSUMER__IDLE_MAX_MS", "SG_PROJECTION__URL", "SG_COUNTERS__CHECK_INTERVAL_SECS",
-    "SG_COUNTERS__REBUILD_WAIT_MS", "SG_AUTH__ADMIN_TOKEN", "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR",
+    "SG_COUNTERS__REBUILD_WAIT_MS", "SG_KAFKA__MESSAGE_TOPIC", "SG_MESSAGE__URL",
+    "SG_AUTH__ADMIN_TOKEN", "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR",
     "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
     "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
 }
@@ -518,14 +530,15 @@ def _checksums(rendered):
 
 @pytest.mark.parametrize("base, change, rolled", [
     (ALL_INLINE, {"relation": {"limits": {"followingCap": 1234}}}, {"relation"}),
-    (ALL_INLINE, {"kafka": {"partitions": 16}}, {"relation", "projection", "counter"}),
+    (ALL_INLINE, {"kafka": {"partitions": 16}}, {"relation", "projection", "counter", MESSAGE}),
     (ALL_INLINE, {"counter": {"counters": {"checkIntervalSecs": 30}}}, {"counter"}),
     (ALL_INLINE, {"auth": {"adminToken": "rotated"}}, {"relation", "projection", "counter"}),
-    (ALL_INLINE, {"auth": {"pageTokenSecret": "rotated"}}, {"relation", "projection"}),
+    (ALL_INLINE, {"auth": {"pageTokenSecret": "rotated"}}, {"relation", "projection", MESSAGE}),
     # projection-svc has its own database in ALL_INLINE, and shares relation-svc's by default
-    (ALL_INLINE, {"database": {"url": "postgres://other@db/sg"}}, {"relation"}),
-    ({}, {"database": {"url": "postgres://other@db/sg"}}, {"relation", "projection"}),
-    ({}, {"database": {"existingSecret": "pg"}}, {"relation", "projection"}),
+    # (message-svc shares it in both)
+    (ALL_INLINE, {"database": {"url": "postgres://other@db/sg"}}, {"relation", MESSAGE}),
+    ({}, {"database": {"url": "postgres://other@db/sg"}}, {"relation", "projection", MESSAGE}),
+    ({}, {"database": {"existingSecret": "pg"}}, {"relation", "projection", MESSAGE}),
     (ALL_INLINE, {"projection": {"database": {"url": "postgres://other@db/p"}}}, {"projection"}),
     (ALL_INLINE, {"counter": {"redis": {"url": "redis://other:6379"}}}, {"counter"}),
     ({}, {"redis": {"url": "redis://other:6379"}}, {"relation", "counter"}),
@@ -538,9 +551,12 @@ def _checksums(rendered):
     # The gateway reads no secret and no store setting, but follows the services' addresses.
     (ALL_INLINE, {"gateway": {"http": {"corsAllowedOrigins": ["https://app.example.com"]}}}, {GATEWAY}),
     (ALL_INLINE, {"gateway": {"upstream": {"channels": 8}}}, {GATEWAY}),
-    ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", GATEWAY}),
+    # projection-svc (rebuilds) and message-svc (blocks) call relation-svc.
+    ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", MESSAGE, GATEWAY}),
     ({}, {"counter": {"ports": {"grpc": 6003}}}, {"counter", GATEWAY}),
-    ({}, {"log": {"level": "debug"}}, {"relation", "projection", "counter", GATEWAY}),
+    # counter-svc calls message-svc (the unread counters); the gateway does not.
+    ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter"}),
+    ({}, {"log": {"level": "debug"}}, {"relation", "projection", "counter", MESSAGE, GATEWAY}),
 ])
 def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolled):
     before = _checksums(render(base))
@@ -558,7 +574,7 @@ def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolle
 def test_pods_are_hardened(variant):
     rendered = render(VARIANTS[variant])
     pods = list(rendered.pod_specs())
-    assert len(pods) == 5  # three services, the gateway, the migration Job
+    assert len(pods) == 6  # four services, the gateway, the migration Job
     for obj, pod in pods:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         assert pod["securityContext"]["runAsNonRoot"] is True, where
@@ -621,7 +637,7 @@ def test_each_service_has_a_disruption_budget(production):
 
 def test_service_monitors_scrape_metrics_on_the_admin_port(production):
     monitors = production.of_kind("ServiceMonitor")
-    assert len(monitors) == 4
+    assert len(monitors) == len(COMPONENTS)
     for name in COMPONENTS:
         monitor = production.get("ServiceMonitor", f"{RELEASE}-{name}")
         assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -637,10 +653,11 @@ def test_service_monitors_scrape_metrics_on_the_admin_port(production):
 
 def test_network_policies_admit_only_the_named_callers(production):
     values = chartlib.production_values()
-    # The chart's own callers: projection-svc rebuilds from relation-svc, counter-svc copies
-    # projection-svc's counts, the gateway calls all three.
-    internal = {"relation": ["projection", GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
-                GATEWAY: []}
+    # The chart's own callers: projection-svc rebuilds from relation-svc and message-svc asks it
+    # about blocks, counter-svc copies projection-svc's counts and message-svc's unread counts,
+    # the gateway calls the first three.
+    internal = {"relation": ["projection", MESSAGE, GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
+                MESSAGE: ["counter"], GATEWAY: []}
     for name in COMPONENTS:
         policy = production.get("NetworkPolicy", f"{RELEASE}-{name}")
         assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -668,8 +685,8 @@ def _component_peer(component: str) -> list:
 def test_network_policy_without_callers_admits_nobody_from_outside():
     rendered = render(VARIANTS["network-policy-without-callers"])
     assert rendered.get("NetworkPolicy", f"{RELEASE}-{GATEWAY}")["spec"]["ingress"] == []
-    for name, callers in (("relation", ["projection", GATEWAY]), ("projection", ["counter", GATEWAY]),
-                          ("counter", [GATEWAY])):
+    for name, callers in (("relation", ["projection", MESSAGE, GATEWAY]), ("projection", ["counter", GATEWAY]),
+                          ("counter", [GATEWAY]), (MESSAGE, ["counter"])):
         ingress = rendered.get("NetworkPolicy", f"{RELEASE}-{name}")["spec"]["ingress"]
         assert [r["ports"] for r in ingress] == [[{"port": "grpc", "protocol": "TCP"}]]
         assert [list(p["podSelector"]["matchLabels"].items()) for p in ingress[0]["from"]] == [
@@ -679,7 +696,10 @@ def test_network_policy_without_callers_admits_nobody_from_outside():
     assert without.get("NetworkPolicy", f"{RELEASE}-counter")["spec"]["ingress"] == []
     relation = without.get("NetworkPolicy", f"{RELEASE}-relation")["spec"]["ingress"]
     assert [list(p["podSelector"]["matchLabels"].items()) for p in relation[0]["from"]] == [
-        _component_peer("projection")]
+        _component_peer("projection"), _component_peer(MESSAGE)]
+    message = without.get("NetworkPolicy", f"{RELEASE}-{MESSAGE}")["spec"]["ingress"]
+    assert [list(p["podSelector"]["matchLabels"].items()) for p in message[0]["from"]] == [
+        _component_peer("counter")]
     assert without.find("NetworkPolicy", f"{RELEASE}-{GATEWAY}") is None
 
 
@@ -1047,14 +1067,14 @@ def test_dockerfile_builds_every_binary_the_chart_runs():
             for c in pod.get("initContainers", []) + pod["containers"]:
                 (command,) = c["command"]
                 commands.add(command)
-    assert commands == {f"/usr/local/bin/{n}-svc" for n in SERVICES} | {"/usr/local/bin/gateway"}
+    assert commands == {f"/usr/local/bin/{n}-svc" for n in SERVICES + (MESSAGE,)} | {"/usr/local/bin/gateway"}
     assert {c.rsplit("/", 1)[1] for c in commands} <= built
     assert "socialgraph" in built
     # Every built binary is copied out of the cache-mounted target/ into the image.
     (copied,) = re.findall(r"&& cp (.*?) /out/$", dockerfile, re.M | re.S)
     assert set(re.findall(r"target/release/([a-z-]+)", copied)) == built
     (exposed,) = re.findall(r"^EXPOSE (.+)$", dockerfile, re.M)
-    ports = {p for n in SERVICES for p in DEFAULT_PORTS[n]} | set(GATEWAY_PORTS)
+    ports = {p for n in SERVICES for p in DEFAULT_PORTS[n]} | set(MESSAGE_PORTS) | set(GATEWAY_PORTS)
     assert set(map(int, exposed.split())) == ports
     assert re.search(r"^COPY --from=builder .* /usr/local/bin/$", dockerfile, re.M)
     assert re.search(r"^USER 10001:10001$", dockerfile, re.M)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import chartlib
-from chartlib import GATEWAY, NAMESPACE, RELEASE, merged, render
+from chartlib import GATEWAY, MESSAGE, NAMESPACE, RELEASE, merged, render
 
 # The metrics the services and the gateway export that the rules and the dashboard may use,
 # with their labels (besides the target labels below). grpc_server_*: the grpc-ecosystem names
@@ -244,16 +244,17 @@ def test_alerts_follow_the_deployed_components():
     without = _alerts(render(merged(MONITORING, {GATEWAY: {"enabled": False}})))
     assert set(without) == set(ALERTS) - {"SocialgraphGatewayErrorRatioHigh"}
     ready = dict(promql_selectors(without["SocialgraphReadinessFlapping"]["expr"])[0])["sg_ready"]
-    assert ready["service"] == ("=~", f"{RELEASE}-relation|{RELEASE}-projection|{RELEASE}-counter")
+    assert ready["service"] == ("=~", f"{RELEASE}-relation|{RELEASE}-projection|{RELEASE}-counter|{RELEASE}-{MESSAGE}")
     # Relation-svc alone (the gateway calling another installation's services is not needed).
     alone = _alerts(render(merged(MONITORING, {"projection": {"enabled": False}, "counter": {"enabled": False},
-                                               GATEWAY: {"enabled": False}})))
+                                               MESSAGE: {"enabled": False}, GATEWAY: {"enabled": False}})))
     assert set(alone) == {"SocialgraphOutboxBacklogGrowing", "SocialgraphRelayNotLed", "SocialgraphRelayLedTwice",
                           "SocialgraphRpcErrorRatioHigh", "SocialgraphReadinessFlapping"}
     rpc = dict(promql_selectors(alone["SocialgraphRpcErrorRatioHigh"]["expr"])[0])["grpc_server_handled_total"]
     assert rpc["service"] == ("=", f"{RELEASE}-relation")
     # No relay, no relay alerts.
-    no_relay = _alerts(render(merged(MONITORING, {"relation": {"kafka": {"relayEnabled": False}}})))
+    no_relay = _alerts(render(merged(MONITORING, {"relation": {"kafka": {"relayEnabled": False}},
+                                                  MESSAGE: {"kafka": {"relayEnabled": False}}})))
     assert set(no_relay) == set(ALERTS) - {"SocialgraphRelayNotLed", "SocialgraphRelayLedTwice"}
 
 
@@ -344,14 +345,14 @@ def _series(metric: str, component: str, pod: str, release: str = RELEASE, names
             **labels: str) -> str:
     """A series as Prometheus stores it when a ServiceMonitor of the chart scrapes `pod`: job is
     the component (jobLabel), service the Service's name."""
-    port = {"relation": 9101, "projection": 9102, "counter": 9103, GATEWAY: 9104}[component]
+    port = {"relation": 9101, "projection": 9102, "counter": 9103, MESSAGE: 9105, GATEWAY: 9104}[component]
     target = {"namespace": namespace, "service": f"{release}-{component}", "job": component, "pod": pod,
               "instance": f"10.0.0.1:{port}", "endpoint": "admin", "container": component}
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in {**target, **labels}.items()) + "}"
 
 
 def _target(component: str, pod: str, **labels: str) -> dict[str, str]:
-    port = {"relation": 9101, "projection": 9102, "counter": 9103, GATEWAY: 9104}[component]
+    port = {"relation": 9101, "projection": 9102, "counter": 9103, MESSAGE: 9105, GATEWAY: 9104}[component]
     return {"namespace": NAMESPACE, "service": f"{RELEASE}-{component}", "job": component, "pod": pod,
             "instance": f"10.0.0.1:{port}", "endpoint": "admin", "container": component, **labels}
 

@@ -16,6 +16,7 @@ pub mod faults;
 pub mod feeds;
 pub mod gateway;
 mod mesh;
+pub mod messages;
 pub mod model;
 pub use mesh::*;
 mod restart;
@@ -398,15 +399,28 @@ pub async fn spawn_counter(config: CounterConfig) -> anyhow::Result<Svc> {
     spawn(|grpc, admin, shutdown| socialgraph_counter::run(config, grpc, admin, shutdown)).await
 }
 
-/// A Redis connection for test code, patient enough for a saturated 2-core machine (the client's
-/// default response timeout is 500 ms).
+/// A plain multiplexed connection to a single Redis, as a raw baseline client would hold one
+/// (no pool, no cluster routing), with the patient timeouts of [`redis_conn`].
 ///
 /// # Errors
 /// Redis is not reachable (run `make deps`).
-pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+pub async fn raw_redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let config =
         redis::AsyncConnectionConfig::new().set_connection_timeout(Some(Duration::from_secs(10))).set_response_timeout(Some(Duration::from_secs(30)));
     Ok(redis::Client::open(url)?.get_multiplexed_async_connection_with_config(&config).await?)
+}
+
+/// A Redis connection for test code (a single server's URL or a cluster's, as the services take
+/// them), patient enough for a saturated 2-core machine (the client's default response timeout
+/// is 500 ms); answered one PING before it is returned.
+///
+/// # Errors
+/// Redis is not reachable (run `make deps`).
+pub async fn redis_conn(url: &str) -> anyhow::Result<socialgraph_cache::Conn> {
+    let pool = socialgraph_cache::pool(url, 1, Duration::from_secs(30))?;
+    let mut conn = socialgraph_cache::conn(&pool).await?;
+    let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+    Ok(conn)
 }
 
 /// `socialgraph dev` (the embedded mode) in the test process, on free ports.
@@ -417,6 +431,8 @@ pub struct DevSvc {
     pub projection: String,
     /// CounterService URL.
     pub counter: String,
+    /// MessageService URL.
+    pub message: String,
     /// Fires graceful shutdown.
     pub shutdown: CancellationToken,
     /// The embedded mesh; ends after shutdown.
@@ -438,15 +454,17 @@ pub async fn spawn_dev(data: &std::path::Path) -> anyhow::Result<DevSvc> {
         relation_addr: any,
         projection_addr: any,
         counter_addr: any,
+        message_addr: any,
         admin_addr: any,
         ..socialgraph_embedded::DevConfig::default()
     };
     let listeners = socialgraph_embedded::Listeners::bind(&config).await?;
     let url = |l: &tokio::net::TcpListener| l.local_addr().map(|a| format!("http://{a}"));
-    let (relation, projection, counter) = (url(&listeners.relation)?, url(&listeners.projection)?, url(&listeners.counter)?);
+    let (relation, projection, counter, message) =
+        (url(&listeners.relation)?, url(&listeners.projection)?, url(&listeners.counter)?, url(&listeners.message)?);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(socialgraph_embedded::run(config, listeners, shutdown.clone()));
-    Ok(DevSvc { relation, projection, counter, shutdown, task })
+    Ok(DevSvc { relation, projection, counter, message, shutdown, task })
 }
 
 impl DevSvc {
@@ -456,6 +474,7 @@ impl DevSvc {
             relation: self.relation.clone(),
             projection: self.projection.clone(),
             counter: self.counter.clone(),
+            message: self.message.clone(),
             admin_token: Some(DEV_ADMIN_TOKEN.into()),
         }
     }

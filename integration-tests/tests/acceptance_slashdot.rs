@@ -94,6 +94,7 @@ fn endpoints(m: &Mesh) -> Endpoints {
         relation: format!("http://{}", m.relation.addr),
         projection: format!("http://{}", m.projection.addr),
         counter: format!("http://{}", m.counter.addr),
+        message: Endpoints::default().message,
         admin_token: Some(ADMIN_TOKEN.into()),
     }
 }

@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "socialgraph/projection/v1/projection.proto",
         "socialgraph/counter/v1/counter.proto",
         "socialgraph/feed/v1/feed.proto",
+        "socialgraph/message/v1/message.proto",
     ];
     let mut compiler = protox::Compiler::new([&root])?;
     compiler.include_source_info(true).include_imports(true).open_files(files)?;

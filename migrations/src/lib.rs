@@ -25,6 +25,7 @@ mod m20261201_000013_create_follow_request;
 mod m20261201_000014_create_cache_stale;
 mod m20261201_000015_create_block_blocked_index;
 mod m20261202_000001_create_feed;
+mod m20261203_000001_create_messages;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000014_create_cache_stale::Migration),
             Box::new(m20261201_000015_create_block_blocked_index::Migration),
             Box::new(m20261202_000001_create_feed::Migration),
+            Box::new(m20261203_000001_create_messages::Migration),
         ]
     }
 }

@@ -18,7 +18,10 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
 {{- end }}
 {{- end -}}
 
-{{/* Settings every service shares (the gateway has none of them). Argument: component context. */}}
+{{/*
+Settings every service shares (the gateway has none of them); the relation topic only for the
+services that read it (message-svc publishes its own topic only). Argument: component context.
+*/}}
 {{- define "socialgraph.commonConfig" -}}
 {{- $root := .root -}}
 {{- $svc := .svc -}}
@@ -32,7 +35,9 @@ SG_SERVER__DRAIN_TIMEOUT_MS: {{ $svc.server.drainTimeoutMs | int64 | quote }}
 {{- if not $root.Values.kafka.existingSecret }}
 SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
 {{- end }}
+{{- if has .name (list "relation" "projection" "counter") }}
 SG_KAFKA__RELATION_TOPIC: {{ $root.Values.kafka.relationTopic | quote }}
+{{- end }}
 SG_KAFKA__PARTITIONS: {{ $root.Values.kafka.partitions | int64 | quote }}
 {{- end -}}
 
@@ -120,6 +125,32 @@ SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | q
 SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
 SG_COUNTERS__VERIFY_AFTER_MS: {{ $svc.counters.verifyAfterMs | int64 | quote }}
 SG_PROJECTION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "projection")) $svc.projectionUrl | quote }}
+{{- if $v.message.enabled }}
+{{- /* Unread counters: consume the message topic and copy states from this release's message-svc. */}}
+SG_KAFKA__MESSAGE_TOPIC: {{ $v.kafka.messageTopic | quote }}
+SG_MESSAGE__URL: {{ include "socialgraph.serviceUrl" (list .root "message") | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+message-svc: [server], [database], [kafka] (its topic and its relay), [messages], [relation]
+(asked about blocks) and [auth] (the page-token key, from secretEnvs). It refuses every other
+section (no [redis], [cache], [limits] or [consumer]).
+*/}}
+{{- define "socialgraph.configData.message" -}}
+{{- $v := .root.Values -}}
+{{- $svc := .svc -}}
+{{ include "socialgraph.commonConfig" . }}
+SG_KAFKA__MESSAGE_TOPIC: {{ $v.kafka.messageTopic | quote }}
+SG_KAFKA__REQUEST_DEADLINE_MS: {{ $v.kafka.requestDeadlineMs | int64 | quote }}
+SG_KAFKA__RELAY_BATCH_SIZE: {{ $svc.kafka.relayBatchSize | int64 | quote }}
+SG_KAFKA__RELAY_IDLE_POLL_MS: {{ $svc.kafka.relayIdlePollMs | int64 | quote }}
+SG_KAFKA__RELAY_ENABLED: {{ $svc.kafka.relayEnabled | toString | quote }}
+SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
+SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
+SG_MESSAGES__MAX_BODY_BYTES: {{ $svc.messages.maxBodyBytes | int64 | quote }}
+SG_MESSAGES__MAX_GROUP_MEMBERS: {{ $svc.messages.maxGroupMembers | int64 | quote }}
+SG_RELATION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "relation")) $svc.relationUrl | quote }}
 {{- end -}}
 
 {{/*
@@ -183,6 +214,17 @@ SG_UPSTREAM__CONNECT_TIMEOUT_MS: {{ $up.connectTimeoutMs | int64 | quote }}
 {{- include "socialgraph.secretEnv" (list $src "counter-redis-url" "SG_REDIS__URL") }}
 {{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
 {{- include "socialgraph.secretEnv" (list $src "admin-token" "SG_AUTH__ADMIN_TOKEN") }}
+{{- end -}}
+
+{{- /* message-svc has no admin RPC: no admin token. */ -}}
+{{- define "socialgraph.secretNames.message" -}}
+{{- toJson (list "message-database-url" "kafka-brokers" "page-token-secret") -}}
+{{- end -}}
+{{- define "socialgraph.secretEnvs.message" -}}
+{{- $src := include "socialgraph.secretSources" .root | fromYaml -}}
+{{- include "socialgraph.secretEnv" (list $src "message-database-url" "SG_DATABASE__URL") }}
+{{- include "socialgraph.secretEnv" (list $src "kafka-brokers" "SG_KAFKA__BROKERS") }}
+{{- include "socialgraph.secretEnv" (list $src "page-token-secret" "SG_AUTH__PAGE_TOKEN_SECRET") }}
 {{- end -}}
 
 {{- define "socialgraph.secretNames.gateway" -}}

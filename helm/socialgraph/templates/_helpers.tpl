@@ -98,6 +98,15 @@ named: the inline value is then never rendered).
 {{- else -}}
 {{- $_ := set $out "projection-database-url" (merge (dict "own" false) (get $out "database-url")) -}}
 {{- end -}}
+{{- /* message-svc's: relation-svc's unless it has its own */ -}}
+{{- $mdb := $v.message.database -}}
+{{- if $mdb.existingSecret -}}
+{{- $_ := set $out "message-database-url" (dict "secret" $mdb.existingSecret "key" $mdb.existingSecretKey "inline" "" "own" true) -}}
+{{- else if $mdb.url -}}
+{{- $_ := set $out "message-database-url" (dict "secret" $inline "key" "message-database-url" "inline" $mdb.url "own" true) -}}
+{{- else -}}
+{{- $_ := set $out "message-database-url" (merge (dict "own" false) (get $out "database-url")) -}}
+{{- end -}}
 {{- /* redis: relation-svc's, and counter-svc's unless it has its own */ -}}
 {{- if $v.redis.existingSecret -}}
 {{- $_ := set $out "redis-url" (dict "secret" $v.redis.existingSecret "key" $v.redis.existingSecretKey "inline" "") -}}
@@ -150,6 +159,7 @@ deployed component uses. Yields a YAML map key -> plain value (possibly empty).
 {{- $unused := list -}}
 {{- if not .Values.projection.enabled }}{{ $unused = append $unused "projection-database-url" }}{{ end -}}
 {{- if not .Values.counter.enabled }}{{ $unused = append $unused "counter-redis-url" }}{{ end -}}
+{{- if not .Values.message.enabled }}{{ $unused = append $unused "message-database-url" }}{{ end -}}
 {{- range $name, $s := $src -}}
 {{- if and (eq $s.secret $inline) $s.inline (not (has $name $unused)) -}}
 {{- $_ := set $out $s.key $s.inline -}}
@@ -188,11 +198,12 @@ Argument: (list $ "database-url" "redis-url" ...).
 {{- toJson $used | sha256sum -}}
 {{- end -}}
 
-{{/* Names of the deployed components (the three services, then the gateway), as a JSON list. */}}
+{{/* Names of the deployed components (the services, then the gateway), as a JSON list. */}}
 {{- define "socialgraph.components" -}}
 {{- $out := list "relation" -}}
 {{- if .Values.projection.enabled }}{{ $out = append $out "projection" }}{{ end -}}
 {{- if .Values.counter.enabled }}{{ $out = append $out "counter" }}{{ end -}}
+{{- if .Values.message.enabled }}{{ $out = append $out "message" }}{{ end -}}
 {{- if .Values.gateway.enabled }}{{ $out = append $out "gateway" }}{{ end -}}
 {{- toJson $out -}}
 {{- end -}}
@@ -226,7 +237,8 @@ Argument: (list $ "relation").
 {{- end -}}
 
 {{/*
-The HorizontalPodAutoscaler of a Deployment (relation-svc, the gateway), from <component>.autoscaling.
+The HorizontalPodAutoscaler of a Deployment (relation-svc, message-svc, the gateway), from
+<component>.autoscaling.
 Argument: component context.
 */}}
 {{- define "socialgraph.hpa" -}}

@@ -313,6 +313,61 @@ return d
 /// The users whose check rest period is over: each starts its next period (now + its rest)
 /// and is returned, so that concurrent readers and replicas check a user at most once per
 /// period. Users without a value are not due (the next read creates them).
+/// Copies unread counts into `KEYS[1]` (a user's `sg:unread` hash). `ARGV`: triples of
+/// conversation id, version, count. A triple applies only when its version is newer than the
+/// stored one (both `last_seq + read_seq` of the membership, which only grows), and moves the
+/// total `t` by the difference, floored at 0. Returns how many applied.
+const SYNC_UNREAD: &str = r"
+local total = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+local applied = 0
+for i = 1, #ARGV, 3 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  local v, c = 0, 0
+  if cur then
+    local sep = string.find(cur, ':', 1, true)
+    v = tonumber(string.sub(cur, 1, sep - 1))
+    c = tonumber(string.sub(cur, sep + 1))
+  end
+  local nv, nc = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if nv > v then
+    redis.call('HSET', KEYS[1], ARGV[i], nv .. ':' .. nc)
+    total = total + nc - c
+    applied = applied + 1
+  end
+end
+if total < 0 then total = 0 end
+redis.call('HSET', KEYS[1], 't', total)
+return applied
+";
+
+/// A user's whole unread hash from message-svc's states (KEYS[1] = the hash, ARGV = triples
+/// conversation, version, count): each state at least as new as the stored one is written (an
+/// equal version rewrites the same state, which also repairs a damaged count), a newer stored
+/// one is kept (an event batch applied meanwhile is never undone); then the total `t` is the
+/// sum over every conversation and `b` marks the hash as built. Returns the total.
+const REBUILD_UNREAD: &str = r"
+for i = 1, #ARGV, 3 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  local v = -1
+  if cur then
+    v = tonumber(string.sub(cur, 1, string.find(cur, ':', 1, true) - 1))
+  end
+  if tonumber(ARGV[i + 1]) >= v then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2])
+  end
+end
+local total = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if all[i] ~= 't' and all[i] ~= 'b' then
+    local sep = string.find(all[i + 1], ':', 1, true)
+    total = total + tonumber(string.sub(all[i + 1], sep + 1))
+  end
+end
+redis.call('HSET', KEYS[1], 't', total, 'b', 1)
+return total
+";
+
 const CHECKS_DUE: &str = r"
 local now = tonumber(ARGV[1])
 local due = {}
@@ -340,12 +395,16 @@ pub struct Scripts {
     pub apply_content: Script,
     /// Users whose sampled check is due ([`CHECKS_DUE`]).
     pub checks_due: Script,
+    /// Copy unread counts of a newer version ([`SYNC_UNREAD`]).
+    pub sync_unread: Script,
+    /// Rebuild a user's unread hash ([`REBUILD_UNREAD`]).
+    pub rebuild_unread: Script,
 }
 
 impl Scripts {
     /// Every script, for loading after Redis lost them.
-    pub fn all(&self) -> [&Script; 5] {
-        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content, &self.checks_due]
+    pub fn all(&self) -> [&Script; 7] {
+        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content, &self.checks_due, &self.sync_unread, &self.rebuild_unread]
     }
 }
 
@@ -357,6 +416,8 @@ impl Default for Scripts {
             owner_sync: Script::new(&format!("{LUA_SDS}{LUA_RECV}{OWNER_SYNC}")),
             apply_content: Script::new(&format!("{LUA_SDS}{APPLY_CONTENT}")),
             checks_due: Script::new(&format!("{LUA_SDS}{CHECKS_DUE}")),
+            sync_unread: Script::new(SYNC_UNREAD),
+            rebuild_unread: Script::new(REBUILD_UNREAD),
         }
     }
 }

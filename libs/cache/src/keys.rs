@@ -100,6 +100,14 @@ impl Keys {
         format!("{}sg:recv:{}:{user_id}", self.prefix, user_tag(user_id))
     }
 
+    /// `sg:unread:{u:B}:uid`: hash of the user's unread message counts: field = conversation
+    /// id in decimal, value = `version:count` as last copied from message-svc; field `t` = their
+    /// sum; field `b` = 1 once the whole hash was built from message-svc (a hash without it was
+    /// lost or only partly written, and is rebuilt on read). Same slot as the user's counters.
+    pub fn user_unread(&self, user_id: i64) -> String {
+        format!("{}sg:unread:{}:{user_id}", self.prefix, user_tag(user_id))
+    }
+
     /// `sg:own:{etype:eid}`: the author id of a published entity (the content registry).
     pub fn owner(&self, entity_type: &str, entity_id: i64) -> String {
         format!("{}sg:own:{{{entity_type}:{entity_id}}}", self.prefix)

@@ -58,6 +58,10 @@ pub enum ListKind {
     Timeline = 9,
     /// `ListAuthorPosts(author_id)` (cursor: post time and post id).
     AuthorPosts = 10,
+    /// `ListConversations(user_id)` (cursor: last message id and conversation id).
+    Conversations = 11,
+    /// `ListMessages(user_id, conversation_id)` (cursor: sequence and message id).
+    Messages = 12,
 }
 
 /// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`) descending.

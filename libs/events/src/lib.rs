@@ -17,3 +17,5 @@ pub const RELATION_TOPIC: &str = "sg.relation.v1";
 pub const COUNTER_TOPIC: &str = "sg.counter.v1";
 /// Topic of content lifecycle events (`ContentEvent`, key = author_id).
 pub const CONTENT_TOPIC: &str = "sg.content.v1";
+/// Topic of conversation events (`MessageEvent`, key = conversation_id), produced by message-svc.
+pub const MESSAGE_TOPIC: &str = "sg.message.v1";

@@ -52,3 +52,11 @@ pub mod feed {
 }
 
 pub use prost_types::Timestamp;
+
+/// MessageService: private and group conversations, read cursors and unread counts.
+pub mod message {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("socialgraph.message.v1");
+    }
+}

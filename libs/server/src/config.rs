@@ -44,6 +44,7 @@ const POSITIVE_KEYS: &[&str] = &[
     "deep_pages_per_sec",
     "hot_staleness_ms",
     "max_body_bytes",
+    "max_group_members",
     "max_header_bytes",
     "channels",
     "connect_timeout_ms",
@@ -253,7 +254,7 @@ impl CacheSettings {
 }
 
 /// `[kafka]`: brokers, the mesh's topic names, topic creation and the request deadline, for
-/// every service; the `relay_*` keys are relation-svc's outbox relay.
+/// every service; the `relay_*` keys are the outbox relays (relation-svc, message-svc).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaSettings {
@@ -265,15 +266,18 @@ pub struct KafkaSettings {
     pub content_topic: String,
     /// Topic of like/fav events (`sg.counter.v1`; counter-svc produces and consumes it).
     pub counter_topic: String,
+    /// Topic of conversation events (`sg.message.v1`; message-svc produces it).
+    pub message_topic: String,
     /// Partitions of topics a service creates when they do not exist yet.
     pub partitions: i32,
     /// How long one Kafka request is retried before the caller backs off.
     pub request_deadline_ms: u64,
-    /// Outbox rows per relay round (relation-svc).
+    /// Outbox rows per relay round (relation-svc, message-svc).
     pub relay_batch_size: usize,
-    /// How often an idle relay looks for rows committed by other replicas (relation-svc).
+    /// How often an idle relay looks for rows committed by other replicas (relation-svc,
+    /// message-svc).
     pub relay_idle_poll_ms: u64,
-    /// Run the outbox relay in this process (relation-svc).
+    /// Run the outbox relay in this process (relation-svc, message-svc).
     pub relay_enabled: bool,
 }
 
@@ -284,6 +288,7 @@ impl Default for KafkaSettings {
             relation_topic: socialgraph_events::RELATION_TOPIC.into(),
             content_topic: socialgraph_events::CONTENT_TOPIC.into(),
             counter_topic: socialgraph_events::COUNTER_TOPIC.into(),
+            message_topic: socialgraph_events::MESSAGE_TOPIC.into(),
             partitions: 12,
             request_deadline_ms: 5_000,
             relay_batch_size: 1000,

@@ -75,6 +75,15 @@ pub enum ApiError {
     /// The call is not allowed (e.g. admin RPCs with no admin token configured).
     #[error("{0}")]
     PermissionDenied(String),
+    /// The caller may not do this to this resource (e.g. read a conversation it is not a
+    /// member of): PERMISSION_DENIED with ErrorInfo `reason`.
+    #[error("{message}")]
+    Forbidden {
+        /// Stable machine-readable reason, e.g. NOT_A_MEMBER.
+        reason: &'static str,
+        /// For a person.
+        message: String,
+    },
     /// A dependency is down; retrying later may succeed. The caller gets `message` (never a
     /// driver's text), ErrorInfo with `reason` (one of the `UNAVAILABLE_*` constants) and
     /// RetryInfo of one second.
@@ -160,6 +169,10 @@ impl From<ApiError> for Status {
             }
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
+            ApiError::Forbidden { reason, .. } => {
+                d.set_error_info(reason, DOMAIN, HashMap::new());
+                Code::PermissionDenied
+            }
             ApiError::Unavailable { reason, .. } => {
                 d.set_error_info(reason, DOMAIN, HashMap::new());
                 d.set_retry_info(Some(Duration::from_secs(1)));

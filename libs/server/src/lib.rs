@@ -11,6 +11,7 @@ mod config;
 mod error;
 pub mod paging;
 pub mod red;
+pub mod relay;
 pub mod timeout;
 
 use std::net::SocketAddr;

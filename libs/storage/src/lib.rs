@@ -12,6 +12,7 @@ pub mod edges;
 pub mod feed;
 pub mod feed_window;
 pub mod leader;
+pub mod messages;
 pub mod offsets;
 pub mod outbox;
 pub mod restrictions;

@@ -8,7 +8,9 @@ use socialgraph_cache::counters::Sds;
 use socialgraph_domain::ConsistencyToken;
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
-use socialgraph_server::ApiResult;
+use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
+use socialgraph_server::{ApiError, ApiResult};
+use tonic::transport::Channel;
 
 use crate::entities::{Entities, Toggled};
 use crate::users::Counters;
@@ -33,6 +35,11 @@ pub trait CounterBackend: Send + Sync + 'static {
     async fn action_states(&self, actor_id: i64, entity_type: &str, ids: &[i64]) -> ApiResult<Vec<pb::ActionState>>;
     /// Recomputes one entity's like and fav counts from its facts.
     async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts>;
+    /// A user's unread message counts: the total and (conversation, count) for each
+    /// conversation with unread messages, by conversation id.
+    async fn unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)>;
+    /// Recomputes a user's unread counts from message-svc's tables and returns them.
+    async fn rebuild_unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)>;
 }
 
 /// counter-svc's backend: SDS strings, bitmaps and Lua scripts in Redis.
@@ -41,6 +48,8 @@ pub struct RedisCounters {
     pub counters: Arc<Counters>,
     /// Entity counters and their bitmap facts.
     pub entities: Arc<Entities>,
+    /// message-svc, whose tables the unread counts are rebuilt from (`None`: unread counters off).
+    pub message: Option<MessageServiceClient<Channel>>,
 }
 
 #[tonic::async_trait]
@@ -72,5 +81,22 @@ impl CounterBackend for RedisCounters {
 
     async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
         self.entities.rebuild(entity).await
+    }
+
+    async fn unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)> {
+        let u = crate::unread::read(&self.counters.store, self.message.as_ref(), user_id).await?;
+        Ok((u.total, u.conversations))
+    }
+
+    async fn rebuild_unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)> {
+        let Some(message) = &self.message else {
+            return Err(ApiError::FailedPrecondition {
+                reason: "UNREAD_COUNTERS_OFF",
+                message: "counter-svc keeps no unread counts: message.url is unset".into(),
+                metadata: Default::default(),
+            });
+        };
+        let u = crate::unread::rebuild(&self.counters.store, message, user_id).await?;
+        Ok((u.total, u.conversations))
     }
 }

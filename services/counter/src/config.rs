@@ -19,6 +19,8 @@ pub struct Config {
     pub consumer: ConsumerSettings,
     /// projection-svc, whose edge counts and offsets rebuild the follow counters.
     pub projection: ProjectionSettings,
+    /// message-svc, whose membership states the unread counters copy.
+    pub message: MessageSettings,
     /// Self-healing.
     pub counters: CounterSettings,
     /// Admin credentials.
@@ -33,6 +35,7 @@ impl Default for Config {
             kafka: KafkaSettings::default(),
             consumer: ConsumerSettings::default(),
             projection: ProjectionSettings::default(),
+            message: MessageSettings::default(),
             counters: CounterSettings::default(),
             auth: AuthSettings::default(),
         }
@@ -51,6 +54,15 @@ impl Default for ProjectionSettings {
     fn default() -> Self {
         Self { url: "http://127.0.0.1:50052".into() }
     }
+}
+
+/// `[message]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MessageSettings {
+    /// gRPC URL of message-svc; empty (the default) turns the unread counters off: topic
+    /// `kafka.message_topic` is not consumed and GetUnreadCounts answers zero.
+    pub url: String,
 }
 
 /// `[counters]`

@@ -150,4 +150,21 @@ impl<B: CounterBackend> CounterService for CounterGrpc<B> {
         let counts = self.backend.rebuild_entity_counts(&entity).await?;
         Ok(Response::new(pb::RebuildEntityCountsResponse { counts: Some(counts) }))
     }
+
+    async fn rebuild_unread_counts(&self, req: Request<pb::RebuildUnreadCountsRequest>) -> Result<Response<pb::RebuildUnreadCountsResponse>, Status> {
+        self.admin(&req)?;
+        let id = req.into_inner().user_id;
+        validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
+        let (total_unread, per) = self.backend.rebuild_unread_counts(id).await?;
+        let conversations = per.into_iter().map(|(conversation_id, unread_count)| pb::ConversationUnread { conversation_id, unread_count }).collect();
+        Ok(Response::new(pb::RebuildUnreadCountsResponse { conversations, total_unread }))
+    }
+
+    async fn get_unread_counts(&self, req: Request<pb::GetUnreadCountsRequest>) -> Result<Response<pb::GetUnreadCountsResponse>, Status> {
+        let id = req.into_inner().user_id;
+        validate_user_id("user_id", id).map_err(socialgraph_server::ApiError::from)?;
+        let (total_unread, per) = self.backend.unread_counts(id).await?;
+        let conversations = per.into_iter().map(|(conversation_id, unread_count)| pb::ConversationUnread { conversation_id, unread_count }).collect();
+        Ok(Response::new(pb::GetUnreadCountsResponse { conversations, total_unread }))
+    }
 }

@@ -1,6 +1,7 @@
 //! counter-svc: per-user counters (followings, followers, posts, likes and favourites
-//! received) and per-entity like/fav counts in Redis. Consumes `sg.relation.v1`,
-//! `sg.content.v1` and `sg.counter.v1` effectively-once; takes like/fav toggles on bitmap facts
+//! received, unread messages) and per-entity like/fav counts in Redis. Consumes
+//! `sg.relation.v1`, `sg.content.v1`, `sg.counter.v1` and (with `message.url`) `sg.message.v1`
+//! effectively-once; takes like/fav toggles on bitmap facts
 //! and relays their events from a Redis outbox written in the same step as the fact.
 
 pub mod backend;
@@ -10,6 +11,7 @@ pub mod entities;
 pub mod grpc;
 pub mod outbox;
 pub mod store;
+pub mod unread;
 pub mod users;
 
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use anyhow::Context;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 use socialgraph_events::consumer::{Progress, run_partition};
 use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer;
+use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_server::Readiness;
 use tokio::net::TcpListener;
@@ -49,7 +52,7 @@ pub fn routes<B: backend::CounterBackend>(backend: Arc<B>, admin_token: Option<s
 /// Start-up failures (bad Redis or projection URL) and transport failures.
 pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(config.redis.timeout_ms);
-    let pool = socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, timeout).context("redis url")?;
+    let pool = socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, timeout).context("redis.url (SG_REDIS__URL)")?;
     let store = store::Store {
         pool,
         keys: socialgraph_cache::keys::Keys::new(config.redis.key_prefix.clone()),
@@ -92,12 +95,26 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
-    let ctx = ConsumeCtx { config: config.clone(), store, counters: Arc::clone(&counters), metrics, producer, lag, readiness: readiness.clone() };
+    let message = match config.message.url.as_str() {
+        "" => None,
+        url => Some(MessageServiceClient::new(tonic::transport::Channel::from_shared(url.to_owned()).context("message.url")?.connect_lazy())),
+    };
+    let ctx = ConsumeCtx {
+        config: config.clone(),
+        store,
+        counters: Arc::clone(&counters),
+        message: message.clone(),
+        metrics,
+        producer,
+        lag,
+        readiness: readiness.clone(),
+    };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let relay_task = tokio::spawn(relay.run(loops.clone()));
     let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let routes = routes(Arc::new(backend::RedisCounters { counters, entities: Arc::clone(&entities) }), config.auth.admin_token.clone());
+    let backend = backend::RedisCounters { counters, entities: Arc::clone(&entities), message: message.clone() };
+    let routes = routes(Arc::new(backend), config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
     let _ = consumers.await;
@@ -111,6 +128,7 @@ struct ConsumeCtx {
     config: Config,
     store: store::Store,
     counters: Arc<users::Counters>,
+    message: Option<MessageServiceClient<tonic::transport::Channel>>,
     metrics: consume::ConsumerMetrics,
     producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
     lag: IntGaugeVec,
@@ -122,7 +140,10 @@ struct ConsumeCtx {
 async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let k = &ctx.config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
-    let topics = [k.relation_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
+    let mut topics = vec![k.relation_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
+    if ctx.message.is_some() {
+        topics.push(k.message_topic.clone());
+    }
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let Some((client, counts)) = socialgraph_events::kafka::connect_until_ready(&k.brokers, deadline, &names, k.partitions, &cancel).await else {
         return;
@@ -143,6 +164,9 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let unread = ctx.message.clone().map(|message| {
+        Arc::new(unread::UnreadCounter { store: ctx.store.clone(), message, consumer: CONSUMER.into(), metrics: ctx.metrics.clone() })
+    });
     let mut tasks = Vec::new();
     let mut owned = Vec::new();
     let activity = Arc::new(tokio::sync::Notify::new());
@@ -154,6 +178,8 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&relation), prog, s, a, cc))
             } else if t == &k.content_topic {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, a, cc))
+            } else if let Some(unread) = unread.as_ref().filter(|_| t == &k.message_topic) {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(unread), prog, s, a, cc))
             } else {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&actions), prog, s, a, cc))
             });

@@ -280,6 +280,17 @@ impl CounterBackend for SqlCounters {
             .collect())
     }
 
+    /// Exact from message-svc's tables in the same file (the embedded mode has no lag to hide).
+    async fn unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)> {
+        let rows = socialgraph_storage::messages::unread_of(&self.db, user_id).await.map_err(db_error)?;
+        Ok((rows.iter().map(|m| m.unread()).sum(), rows.iter().map(|m| (m.conversation_id, m.unread())).collect()))
+    }
+
+    /// Nothing to rebuild: the counts are read from message-svc's tables.
+    async fn rebuild_unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)> {
+        self.unread_counts(user_id).await
+    }
+
     async fn rebuild_entity_counts(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
         let (likes, favs) = in_tx(&self.db, |txn| {
             let entity = entity.clone();

@@ -1,5 +1,5 @@
-//! `socialgraph dev`: relation-svc, projection-svc and counter-svc in one process on one SQLite
-//! file (DESIGN.md §6).
+//! `socialgraph dev`: relation-svc, projection-svc, counter-svc and message-svc in one process
+//! on one SQLite file (DESIGN.md §6).
 //!
 //! - RelationService is relation-svc's own service code on SQLite, without a rate limit (no
 //!   Redis) and without a relay: the outbox table is the event log ([`log`]).
@@ -8,6 +8,8 @@
 //! - FeedService is projection-svc's feed: PublishPost/DeletePost append content events to the
 //!   log, its consumer and push worker run here, and it keeps the posts counter.
 //! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]).
+//! - MessageService is message-svc's own service on SQLite, without a relay: its events stay in
+//!   the log (nothing here consumes them yet).
 //!
 //! State lives in the SQLite file and survives a restart; consumers resume from the offsets
 //! stored in `consumer_offset`.
@@ -47,6 +49,8 @@ pub struct DevConfig {
     pub projection_addr: SocketAddr,
     /// CounterService address (default 127.0.0.1:50053).
     pub counter_addr: SocketAddr,
+    /// MessageService address (default 127.0.0.1:50054).
+    pub message_addr: SocketAddr,
     /// Admin HTTP address: `/metrics`, `/ready`, `/live` (default 127.0.0.1:9100).
     pub admin_addr: SocketAddr,
     /// Bearer token of the admin RPCs (ImportFollows, ScanEdges, rebuilds).
@@ -66,6 +70,7 @@ impl Default for DevConfig {
             relation_addr: ([127, 0, 0, 1], 50051).into(),
             projection_addr: ([127, 0, 0, 1], 50052).into(),
             counter_addr: ([127, 0, 0, 1], 50053).into(),
+            message_addr: ([127, 0, 0, 1], 50054).into(),
             admin_addr: ([127, 0, 0, 1], 9100).into(),
             admin_token: SecretString::from("dev-admin-token"),
             page_token_secret: None,
@@ -82,6 +87,8 @@ pub struct Listeners {
     pub projection: TcpListener,
     /// CounterService.
     pub counter: TcpListener,
+    /// MessageService.
+    pub message: TcpListener,
     /// Admin HTTP.
     pub admin: TcpListener,
 }
@@ -97,6 +104,7 @@ impl Listeners {
             relation: bind(config.relation_addr).await?,
             projection: bind(config.projection_addr).await?,
             counter: bind(config.counter_addr).await?,
+            message: bind(config.message_addr).await?,
             admin: bind(config.admin_addr).await?,
         })
     }
@@ -115,7 +123,7 @@ fn projection_config(config: &DevConfig, relation_topic: &str) -> socialgraph_pr
     c
 }
 
-/// Runs the three services on `listeners` against `config.data` until `shutdown` fires.
+/// Runs the four services on `listeners` against `config.data` until `shutdown` fires.
 ///
 /// # Errors
 /// The SQLite file cannot be opened or migrated; transport failures.
@@ -211,6 +219,12 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let relation_routes = socialgraph_relation::routes(relations, Some(config.admin_token.clone()));
     let projection_routes = projection.routes(Some(config.admin_token.clone()));
     let counter_routes = socialgraph_counter::routes(backend, Some(config.admin_token.clone()));
+    let mut message_config = socialgraph_message::Config::default();
+    message_config.database.url = url.clone();
+    message_config.auth.page_token_secret = config.page_token_secret.clone();
+    let messages =
+        socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new()), socialgraph_message::blocks::Blocks::Table);
+    let message_routes = socialgraph_message::routes(Arc::new(messages));
     let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
         let serving = socialgraph_server::GrpcServing {
             service_names: names,
@@ -221,13 +235,14 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         };
         socialgraph_server::serve_grpc(routes, listener, serving, shutdown.clone())
     };
-    let (r, p, c) = tokio::join!(
+    let (r, p, c, m) = tokio::join!(
         serve(relation_routes, &[socialgraph_relation::SERVICE_NAME], socialgraph_relation::LONG_RUNNING, listeners.relation),
         serve(projection_routes, socialgraph_projection::SERVICE_NAMES, socialgraph_projection::LONG_RUNNING, listeners.projection),
         serve(counter_routes, &[socialgraph_counter::SERVICE_NAME], &[], listeners.counter),
+        serve(message_routes, &[socialgraph_message::SERVICE_NAME], &[], listeners.message),
     );
     loops.cancel();
     let _ = tokio::join!(projection_loop, content_loop, fanout_loop, counter_loop, admin, forward, account_jobs);
     db.close().await.ok();
-    r.and(p).and(c)
+    r.and(p).and(c).and(m)
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
-use socialgraph_events::{KafkaSink, RelayConfig, RelayMetrics, run_relay};
+use socialgraph_events::RelayMetrics;
 use socialgraph_proto::relation::v1::relation_service_server::RelationServiceServer;
 use socialgraph_server::Readiness;
 use tokio::net::TcpListener;
@@ -66,7 +66,7 @@ pub fn build(
     let bypassed =
         prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
     registry.register(Box::new(bypassed.clone()))?;
-    let caches = match config.cache.list_caches().context("cache.url")? {
+    let caches = match config.cache.list_caches().context("cache.url (SG_CACHE__URL)")? {
         Some(lists) if with_cache => Some(cache::Caches::new(lists, cache::CacheMetrics::register(registry)?)),
         _ => None,
     };
@@ -92,14 +92,18 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     if config.database.migrate_on_start {
         socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
     }
-    let redis =
-        socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, Duration::from_millis(config.redis.timeout_ms)).context("redis url")?;
+    let redis = socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, Duration::from_millis(config.redis.timeout_ms))
+        .context("redis.url (SG_REDIS__URL)")?;
     let registry = prometheus::Registry::new();
     let relay_metrics = RelayMetrics::register(&registry)?;
     let wake = Arc::new(Notify::new());
     let relations = build(db.clone(), Some(redis), true, &config, Arc::clone(&wake), &registry)?;
     let loops = CancellationToken::new();
-    let relay = config.kafka.relay_enabled.then(|| tokio::spawn(relay_task(db.clone(), config.kafka.clone(), wake, relay_metrics, loops.clone())));
+    let topics = vec![config.kafka.relation_topic.clone()];
+    let relay = config
+        .kafka
+        .relay_enabled
+        .then(|| tokio::spawn(socialgraph_server::relay::relay_task(db.clone(), config.kafka.clone(), topics, wake, relay_metrics, loops.clone())));
 
     let jobs = tokio::spawn(lifecycle::run_jobs(Arc::clone(&relations), relations.jobs_wake(), ACCOUNT_JOB_POLL, loops.clone()));
     let drain = relations.cache_for_drain().map(|c| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), c, loops.clone())));
@@ -121,26 +125,4 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let _ = admin_task.await;
     db.close().await.ok();
     served
-}
-
-/// Connects to Kafka (retrying while the broker is down) and runs the relay until `cancel`.
-async fn relay_task(
-    db: sea_orm::DatabaseConnection,
-    kafka: config::KafkaSettings,
-    wake: Arc<Notify>,
-    metrics: RelayMetrics,
-    cancel: CancellationToken,
-) {
-    let deadline = Duration::from_millis(kafka.request_deadline_ms);
-    let topics = [kafka.relation_topic.as_str()];
-    let Some((client, _)) = socialgraph_events::kafka::connect_until_ready(&kafka.brokers, deadline, &topics, kafka.partitions, &cancel).await else {
-        return;
-    };
-    let sink = Arc::new(KafkaSink::new(client, kafka.partitions));
-    let config = RelayConfig {
-        batch_size: kafka.relay_batch_size.max(1),
-        idle_poll: Duration::from_millis(kafka.relay_idle_poll_ms),
-        ..RelayConfig::default()
-    };
-    run_relay(db, sink, wake, config, metrics, cancel).await;
 }

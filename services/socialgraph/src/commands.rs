@@ -288,6 +288,28 @@ pub async fn load_posts(endpoints: &Endpoints, path: &Path, concurrency: usize, 
     Ok(())
 }
 
+/// `load messages FILE`: private messages through SendMessage; prints counts and rate.
+///
+/// # Errors
+/// File, connection and RPC errors.
+pub async fn load_messages(endpoints: &Endpoints, path: &Path, concurrency: usize, json: bool, progress: bool) -> CliResult<()> {
+    let lines = crate::messages::read_messages(path)?;
+    let bar = progress_bar(progress && !json, "messages");
+    let s = crate::messages::load_messages(endpoints, &lines, concurrency, &bar).await?;
+    if json {
+        print_json(&s);
+        return Ok(());
+    }
+    let rows = [
+        ("messages sent", s.messages.to_string()),
+        ("created (not sent before)", s.created.to_string()),
+        ("elapsed", format!("{:.1} s", s.elapsed_secs)),
+        ("messages/s", format!("{:.0}", s.messages_per_sec)),
+    ];
+    out!("{}", output::key_values(&rows));
+    Ok(())
+}
+
 /// `post AUTHOR POST_ID [--at SECONDS]`.
 ///
 /// # Errors

@@ -16,6 +16,8 @@ pub const RELATION: &str = "relation-svc";
 pub const PROJECTION: &str = "projection-svc";
 /// Service name of counter-svc in messages.
 pub const COUNTER: &str = "counter-svc";
+/// Service name of message-svc in messages.
+pub const MESSAGE: &str = "message-svc";
 
 /// The mesh's gRPC endpoints (URLs such as `http://127.0.0.1:50051`) and the admin bearer
 /// token sent with admin RPCs (ImportFollows).
@@ -27,6 +29,8 @@ pub struct Endpoints {
     pub projection: String,
     /// counter-svc (default port 50053).
     pub counter: String,
+    /// message-svc (default port 50054).
+    pub message: String,
     /// Admin token; `None` sends admin RPCs without credentials (the service refuses them).
     pub admin_token: Option<String>,
 }
@@ -38,6 +42,7 @@ impl Default for Endpoints {
             relation: "http://127.0.0.1:50051".into(),
             projection: "http://127.0.0.1:50052".into(),
             counter: "http://127.0.0.1:50053".into(),
+            message: "http://127.0.0.1:50054".into(),
             admin_token: None,
         }
     }
@@ -81,6 +86,15 @@ impl Endpoints {
     /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
     pub async fn counter(&self) -> CliResult<CounterServiceClient<Channel>> {
         Ok(CounterServiceClient::new(channel(COUNTER, &self.counter).await?).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// A connected MessageService client.
+    ///
+    /// # Errors
+    /// [`CliError::Connect`] when the URL is malformed or nothing answers there.
+    pub async fn message(&self) -> CliResult<socialgraph_proto::message::v1::message_service_client::MessageServiceClient<Channel>> {
+        Ok(socialgraph_proto::message::v1::message_service_client::MessageServiceClient::new(channel(MESSAGE, &self.message).await?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// Wraps `msg` in a request carrying `authorization: Bearer <admin token>` when a token is

@@ -27,6 +27,7 @@ pub mod graph;
 pub mod input;
 pub mod likes;
 pub mod load;
+pub mod messages;
 pub mod output;
 pub mod posts;
 pub mod query;

@@ -84,6 +84,7 @@ pub(crate) fn endpoints(mesh: &Mesh) -> Endpoints {
         relation: format!("http://{}", mesh.relation.addr),
         projection: format!("http://{}", mesh.projection.addr),
         counter: format!("http://{}", mesh.counter.addr),
+        message: Endpoints::default().message,
         admin_token: Some(ADMIN_TOKEN.into()),
     }
 }

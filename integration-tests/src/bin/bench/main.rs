@@ -3,7 +3,7 @@
 //! ratio service/raw.
 //!
 //! `cargo run --release -p socialgraph-integration-tests --bin bench -- all`, or one part:
-//! `relation`, `projection`, `counters`, `likes`, `import`, `idle`, `cache`, `sustained` (`--help`
+//! `relation`, `projection`, `counters`, `likes`, `import`, `idle`, `cache`, `feeds`, `messages`, `sustained` (`--help`
 //! lists each part's knobs).
 //!
 //! It prints numbers and asserts nothing. Every loop is bounded in count and in time, and all
@@ -27,6 +27,7 @@ mod import;
 mod likes;
 mod load;
 mod memory;
+mod messages;
 mod projection;
 mod raw;
 mod relation;
@@ -80,6 +81,9 @@ enum Part {
     /// Publish throughput, inbox writes per post and fan-out rate at pull thresholds of 100,
     /// 1,000 and 100,000 (vs a Redis ZADD pipeline); GetTimeline vs ZREVRANGE and a SQL pull.
     Feeds(FeedsArgs),
+    /// SendMessage vs the raw transaction; ListConversations of a user with 1,000
+    /// conversations; a send to a group of 500 until counter-svc shows every member's unread.
+    Messages(MessagesArgs),
     /// Every part, in order, with default settings (the sustained run included).
     All,
 }
@@ -190,6 +194,28 @@ struct FeedsArgs {
 }
 
 #[derive(Parser, Clone)]
+struct MessagesArgs {
+    /// Sends of the throughput run.
+    #[arg(long, default_value_t = 20_000)]
+    sends: usize,
+    /// Users the sends go between (random pairs).
+    #[arg(long, default_value_t = 10_000)]
+    users: i64,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Longest time one closed-loop run may take.
+    #[arg(long, default_value_t = 120)]
+    max_secs: u64,
+    /// ListConversations reads.
+    #[arg(long, default_value_t = 2_000)]
+    reads: usize,
+    /// Sends to the group of 500.
+    #[arg(long, default_value_t = 10)]
+    group_rounds: usize,
+}
+
+#[derive(Parser, Clone)]
 struct IdleArgs {
     /// Seconds measured in each configuration.
     #[arg(long, default_value_t = 30)]
@@ -249,6 +275,7 @@ async fn main() -> anyhow::Result<()> {
         Part::Sustained(a) => sustained::run(&a).await?,
         Part::Soak(a) => soak::run(&a).await?,
         Part::Feeds(a) => feeds::run(&a).await?,
+        Part::Messages(a) => messages::run(&a).await?,
         Part::All => {
             relation::run(&defaults()).await?;
             projection::run(&defaults()).await?;
@@ -259,6 +286,7 @@ async fn main() -> anyhow::Result<()> {
             idle::run(&defaults()).await?;
             cache::run(&defaults()).await?;
             feeds::run(&defaults()).await?;
+            messages::run(&defaults()).await?;
             sustained::run(&defaults()).await?;
         }
     }

@@ -1,7 +1,6 @@
 //! The command line of `socialgraph`, as clap parses it, and its conversion into the options
 //! of the `socialgraph_cli` library.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +37,9 @@ pub struct MeshArgs {
     /// counter-svc gRPC endpoint.
     #[arg(long, global = true, env = "SG_COUNTER_URL", default_value = "http://127.0.0.1:50053")]
     pub counter: String,
+    /// message-svc gRPC endpoint.
+    #[arg(long, global = true, env = "SG_MESSAGE_URL", default_value = "http://127.0.0.1:50054")]
+    pub message: String,
     /// Bearer token of admin RPCs (ImportFollows): relation-svc's auth.admin_token.
     #[arg(long, global = true, env = "SG_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -46,7 +48,13 @@ pub struct MeshArgs {
 impl MeshArgs {
     /// The endpoints the library calls.
     pub fn endpoints(self) -> Endpoints {
-        Endpoints { relation: self.relation, projection: self.projection, counter: self.counter, admin_token: self.admin_token }
+        Endpoints {
+            relation: self.relation,
+            projection: self.projection,
+            counter: self.counter,
+            message: self.message,
+            admin_token: self.admin_token,
+        }
     }
 }
 
@@ -56,7 +64,7 @@ pub enum Command {
     /// Serve RelationService, ProjectionService and CounterService in this process on one
     /// SQLite file (the embedded mode; needs nothing else installed). Runs until SIGTERM or
     /// Ctrl-C.
-    Dev(DevArgs),
+    Dev(crate::dev::DevArgs),
     /// Bulk-load a file into the mesh.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -216,6 +224,8 @@ pub enum Command {
         #[command(flatten)]
         paging: PagingArgs,
     },
+    #[command(flatten)]
+    Messages(crate::message_args::MessageCommand),
     /// projection-svc's progress per partition (offsets, high watermark, lag).
     Status,
     /// Check the mesh against an edge file: counters, follower lists, familiar followers.
@@ -267,6 +277,18 @@ pub enum LoadCommand {
     Likes(LoadLikesArgs),
     /// Posts (`author post_id unix_seconds` lines, or an activity stream `actor target
     /// unix_seconds kind` whose line numbers are the post ids) through PublishPost.
+    /// Private messages (`sender recipient unix_seconds` lines, SNAP CollegeMsg) through
+    /// SendMessage; each line's client id is its line number, so a re-run sends nothing twice.
+    Messages {
+        /// The messages file (plain or .gz).
+        file: PathBuf,
+        /// Clients sending at once (each owns a set of conversations).
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
     Posts {
         /// The posts file (plain or .gz).
         file: PathBuf,
@@ -428,33 +450,6 @@ impl GenArgs {
     pub fn options(&self) -> GenOptions {
         GenOptions { users: self.users, edges: self.edges, seed: self.seed }
     }
-}
-
-/// `socialgraph dev` settings.
-#[derive(Debug, Args)]
-pub struct DevArgs {
-    /// The SQLite file (created when missing; holds all state across restarts).
-    #[arg(long, default_value = "socialgraph-dev.sqlite")]
-    pub data: PathBuf,
-    /// RelationService listen address.
-    #[arg(long, default_value = "127.0.0.1:50051")]
-    pub relation_addr: SocketAddr,
-    /// ProjectionService listen address.
-    #[arg(long, default_value = "127.0.0.1:50052")]
-    pub projection_addr: SocketAddr,
-    /// CounterService listen address.
-    #[arg(long, default_value = "127.0.0.1:50053")]
-    pub counter_addr: SocketAddr,
-    /// Admin HTTP listen address (/metrics, /ready, /live).
-    #[arg(long, default_value = "127.0.0.1:9100")]
-    pub admin_addr: SocketAddr,
-    /// HTTP/JSON gateway listen address (every public RPC as a REST route, /openapi.json);
-    /// it allows any browser origin, as the embedded mode is for local development.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub http_addr: SocketAddr,
-    /// HMAC key of page tokens (default: the fixed development key).
-    #[arg(long, env = "SG_AUTH__PAGE_TOKEN_SECRET", hide_env_values = true)]
-    pub page_token_secret: Option<String>,
 }
 
 #[cfg(test)]

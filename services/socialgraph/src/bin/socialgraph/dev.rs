@@ -1,9 +1,9 @@
-//! `socialgraph dev`: the embedded mesh (relation, projection and counter services on one
-//! SQLite file) and the HTTP/JSON gateway in front of them, in this process.
+//! `socialgraph dev`: the embedded mesh (relation, projection, counter and message services on
+//! one SQLite file) and the HTTP/JSON gateway in front of them, in this process.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-use crate::args::DevArgs;
 
 /// Default bearer token of the embedded mode's admin RPCs when `--admin-token` is not given.
 const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
@@ -28,6 +28,7 @@ async fn run(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
         relation_addr: a.relation_addr,
         projection_addr: a.projection_addr,
         counter_addr: a.counter_addr,
+        message_addr: a.message_addr,
         admin_addr: a.admin_addr,
         admin_token: admin_token.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()).into(),
         page_token_secret: a.page_token_secret.map(Into::into),
@@ -41,6 +42,7 @@ async fn run(a: DevArgs, admin_token: Option<String>) -> anyhow::Result<()> {
         relation = %config.relation_addr,
         projection = %config.projection_addr,
         counter = %config.counter_addr,
+        message = %config.message_addr,
         admin = %config.admin_addr,
         http = %a.http_addr,
         "socialgraph dev serving"
@@ -78,4 +80,34 @@ fn gateway_config(dev: &socialgraph_embedded::DevConfig) -> socialgraph_gateway:
     c.upstream.counter_url = url(dev.counter_addr);
     c.http.cors_allowed_origins = vec!["*".into()];
     c
+}
+
+/// `socialgraph dev` settings.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// The SQLite file (created when missing; holds all state across restarts).
+    #[arg(long, default_value = "socialgraph-dev.sqlite")]
+    pub data: PathBuf,
+    /// RelationService listen address.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub relation_addr: SocketAddr,
+    /// ProjectionService listen address.
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    pub projection_addr: SocketAddr,
+    /// CounterService listen address.
+    #[arg(long, default_value = "127.0.0.1:50053")]
+    pub counter_addr: SocketAddr,
+    /// MessageService listen address.
+    #[arg(long, default_value = "127.0.0.1:50054")]
+    pub message_addr: SocketAddr,
+    /// Admin HTTP listen address (/metrics, /ready, /live).
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    pub admin_addr: SocketAddr,
+    /// HTTP/JSON gateway listen address (every public RPC as a REST route, /openapi.json);
+    /// it allows any browser origin, as the embedded mode is for local development.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+    /// HMAC key of page tokens (default: the fixed development key).
+    #[arg(long, env = "SG_AUTH__PAGE_TOKEN_SECRET", hide_env_values = true)]
+    pub page_token_secret: Option<String>,
 }

@@ -9,6 +9,7 @@
 
 mod args;
 mod dev;
+mod message_args;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,10 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Load(LoadCommand::Posts { file, concurrency, no_progress }) => {
             commands::load_posts(e, &file, concurrency, json, !no_progress).await?
         }
+        Command::Load(LoadCommand::Messages { file, concurrency, no_progress }) => {
+            commands::load_messages(e, &file, concurrency, json, !no_progress).await?
+        }
+        Command::Messages(m) => message_args::run(e, m, json).await?,
         Command::Post { author, post_id, at } => commands::post(e, author, post_id, at, json).await?,
         Command::DeletePost { author, post_id } => commands::delete_post(e, author, post_id, json).await?,
         Command::Timeline { user, paging } => commands::timeline(e, user, paging.into(), json).await?,

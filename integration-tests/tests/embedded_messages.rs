@@ -1,0 +1,74 @@
+//! MessageService in the embedded mode (`socialgraph dev`, one SQLite file): the first 3,000
+//! CollegeMsg messages replayed from four clients give every user the brute-force conversation
+//! list and unread counts, and the same after a restart; a block stops private messages; the
+//! CLI loads a messages file once.
+
+use socialgraph_integration_tests::messages::{college_messages, compare_lists, replay};
+use socialgraph_integration_tests::{reason, spawn_dev};
+use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
+use socialgraph_proto::message::v1::{CreateGroupRequest, GetUnreadCountsRequest, SendMessageRequest};
+use socialgraph_proto::relation::v1::BlockRequest;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+
+#[tokio::test]
+async fn the_embedded_mesh_serves_messages_on_sqlite_exactly_across_a_restart() -> anyhow::Result<()> {
+    let data = std::env::temp_dir().join(format!("{}.sqlite", socialgraph_testkit::unique("sg_dev_messages_")));
+    let lines = college_messages(3_000)?;
+    let dev = spawn_dev(&data).await?;
+    let c = MessageServiceClient::connect(dev.message.clone()).await?;
+    let (ids, reads) = replay(&c, &lines, 4).await?;
+    assert!(reads > 100, "the replay marked read {reads} times");
+    let (users, conversations) = compare_lists(&mut c.clone(), &lines, &ids).await?;
+    println!("embedded: {users} users' lists ({conversations} conversations) equal the brute force");
+    let mut g = c.clone();
+    let group = g
+        .create_group(CreateGroupRequest { creator_id: 5001, member_ids: vec![5002, 5003], title: "dev".into() })
+        .await?
+        .into_inner()
+        .conversation_id;
+    let req = SendMessageRequest { sender_id: 5002, recipient_id: 0, conversation_id: group, client_message_id: "g".into(), body: b"hi".to_vec() };
+    g.send_message(req).await?;
+    // Users outside the file's ids (1..1899), so the lists compared stay the file's.
+    let before = g.get_unread_counts(GetUnreadCountsRequest { user_id: 5003 }).await?.into_inner().total_unread;
+    dev.stop().await?;
+
+    let dev = spawn_dev(&data).await?;
+    let mut c = MessageServiceClient::connect(dev.message.clone()).await?;
+    compare_lists(&mut c, &lines, &ids).await?;
+    assert_eq!(c.get_unread_counts(GetUnreadCountsRequest { user_id: 5003 }).await?.into_inner().total_unread, before, "the group's unread survives");
+    // Blocks stop private messages here too (read from the same SQLite file).
+    let mut r = RelationServiceClient::connect(dev.relation.clone()).await?;
+    r.block(BlockRequest { blocker_id: 5001, blocked_id: 5004 }).await?;
+    let req = SendMessageRequest { sender_id: 5004, recipient_id: 5001, conversation_id: 0, client_message_id: "b".into(), body: b"hi".to_vec() };
+    let refused = c.send_message(req).await.unwrap_err();
+    assert_eq!((refused.code(), reason(&refused)), (tonic::Code::PermissionDenied, "BLOCKED".into()));
+    dev.stop().await?;
+    std::fs::remove_file(&data).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cli_loads_a_messages_file_once_however_often_it_runs() -> anyhow::Result<()> {
+    use socialgraph_cli::commands::progress_bar;
+    use socialgraph_cli::messages::{load_messages, read_messages};
+    let data = std::env::temp_dir().join(format!("{}.sqlite", socialgraph_testkit::unique("sg_dev_load_messages_")));
+    let file = std::env::temp_dir().join(format!("{}.txt", socialgraph_testkit::unique("college_")));
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/CollegeMsg.txt"))?;
+    std::fs::write(&file, format!("# the first 1,500 lines\n{}\n", text.lines().take(1_500).collect::<Vec<_>>().join("\n")))?;
+    let lines = read_messages(&file)?;
+    assert_eq!(lines.len(), 1_500, "the comment line is skipped");
+    let dev = spawn_dev(&data).await?;
+    let first = load_messages(&dev.endpoints(), &lines, 4, &progress_bar(false, "messages")).await?;
+    assert_eq!((first.messages, first.created), (1_500, 1_500));
+    let again = load_messages(&dev.endpoints(), &lines, 4, &progress_bar(false, "messages")).await?;
+    assert_eq!((again.messages, again.created), (1_500, 0), "a re-run sends nothing twice");
+    let mut c = MessageServiceClient::connect(dev.message.clone()).await?;
+    let peers: std::collections::BTreeSet<i64> =
+        lines.iter().filter(|l| l.sender_id == 1 || l.recipient_id == 1).map(|l| l.sender_id + l.recipient_id - 1).collect();
+    let listed = socialgraph_integration_tests::messages::listed(&mut c, 1, 1000).await?;
+    assert_eq!(listed.iter().map(|(p, _, _)| *p).collect::<std::collections::BTreeSet<_>>(), peers, "user 1's conversations");
+    dev.stop().await?;
+    std::fs::remove_file(&data).ok();
+    std::fs::remove_file(&file).ok();
+    Ok(())
+}

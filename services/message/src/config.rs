@@ -1,0 +1,74 @@
+//! message-svc configuration: defaults < `--config` TOML file < `SG_<SECTION>__<KEY>`
+//! environment variables (e.g. `SG_DATABASE__URL`, `SG_MESSAGES__MAX_BODY_BYTES`).
+
+use serde::{Deserialize, Serialize};
+pub use socialgraph_server::{AuthSettings, DatabaseSettings, KafkaSettings, ServerSettings};
+
+/// Everything message-svc reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Listen addresses, timeouts and limits of the gRPC and admin servers.
+    pub server: ServerSettings,
+    /// The SQL database holding `conversation`, `conversation_member`, `message` and `outbox`.
+    pub database: DatabaseSettings,
+    /// Kafka for the outbox relay (topic `kafka.message_topic`).
+    pub kafka: KafkaSettings,
+    /// Sizes and caps.
+    pub messages: MessageLimits,
+    /// Page-token signing.
+    pub auth: AuthSettings,
+    /// relation-svc, asked whether two users block each other before a private message.
+    pub relation: RelationSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerSettings::with_ports(50054, 9105),
+            database: DatabaseSettings::with_pool(32),
+            kafka: KafkaSettings::default(),
+            messages: MessageLimits::default(),
+            auth: AuthSettings::default(),
+            relation: RelationSettings::default(),
+        }
+    }
+}
+
+/// `[messages]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MessageLimits {
+    /// Largest message body, bytes (SendMessage beyond it: INVALID_ARGUMENT).
+    pub max_body_bytes: usize,
+    /// Most active members of one group, its creator included (beyond it:
+    /// FAILED_PRECONDITION, reason GROUP_MEMBER_LIMIT).
+    pub max_group_members: i32,
+}
+
+impl Default for MessageLimits {
+    fn default() -> Self {
+        Self { max_body_bytes: 16 * 1024, max_group_members: 1000 }
+    }
+}
+
+/// `[relation]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelationSettings {
+    /// gRPC URL of relation-svc. Every new private message asks it (GetRelationship) whether
+    /// either user blocks the other; while it does not answer, private sends are UNAVAILABLE.
+    pub url: String,
+}
+
+impl Default for RelationSettings {
+    fn default() -> Self {
+        Self { url: "http://127.0.0.1:50051".into() }
+    }
+}
+
+impl socialgraph_server::cli::ServiceConfig for Config {
+    fn server(&self) -> &ServerSettings {
+        &self.server
+    }
+}

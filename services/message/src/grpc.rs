@@ -1,0 +1,174 @@
+//! MessageService over gRPC: validate the request, call [`Messages`], map the result.
+
+use std::sync::Arc;
+
+use socialgraph_domain::{Violation, validate_batch, validate_user_id};
+use socialgraph_proto::message::v1 as pb;
+use socialgraph_proto::message::v1::message_service_server::MessageService;
+use socialgraph_server::{ApiError, ApiResult};
+use tonic::{Request, Response, Status};
+
+use crate::reads::message_pb;
+use crate::service::{MAX_TITLE_BYTES, Messages, Send, validate_send};
+
+/// The tonic implementation of `socialgraph.message.v1.MessageService`.
+pub struct MessageGrpc {
+    messages: Arc<Messages>,
+}
+
+impl MessageGrpc {
+    /// Serves `messages`.
+    pub fn new(messages: Arc<Messages>) -> Self {
+        Self { messages }
+    }
+}
+
+/// Checks every `(field, id)` is > 0, naming each bad one.
+fn ids(fields: &[(&str, i64)]) -> ApiResult<()> {
+    let bad: Vec<Violation> = fields.iter().filter_map(|(f, id)| validate_user_id(f, *id).err()).collect();
+    if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
+}
+
+fn answer<T>(r: ApiResult<T>) -> Result<Response<T>, Status> {
+    r.map(Response::new).map_err(Status::from)
+}
+
+#[tonic::async_trait]
+impl MessageService for MessageGrpc {
+    async fn send_message(&self, req: Request<pb::SendMessageRequest>) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let r = req.into_inner();
+        let max = self.messages.config.messages.max_body_bytes;
+        answer(
+            async {
+                let target = validate_send(r.sender_id, r.recipient_id, r.conversation_id, &r.client_message_id, &r.body, max)?;
+                let send = Send { sender_id: r.sender_id, target, client_message_id: r.client_message_id, body: r.body };
+                let sent = self.messages.send(&send).await?;
+                Ok(pb::SendMessageResponse { message: Some(message_pb(sent.message)), created: sent.created })
+            }
+            .await,
+        )
+    }
+
+    async fn list_conversations(&self, req: Request<pb::ListConversationsRequest>) -> Result<Response<pb::ListConversationsResponse>, Status> {
+        let r = req.into_inner();
+        answer(self.messages.list_conversations(r.user_id, r.page_size, &r.page_token).await)
+    }
+
+    async fn list_messages(&self, req: Request<pb::ListMessagesRequest>) -> Result<Response<pb::ListMessagesResponse>, Status> {
+        let r = req.into_inner();
+        answer(self.messages.list_messages(r.user_id, r.conversation_id, r.page_size, &r.page_token).await)
+    }
+
+    async fn mark_read(&self, req: Request<pb::MarkReadRequest>) -> Result<Response<pb::MarkReadResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                ids(&[("user_id", r.user_id), ("conversation_id", r.conversation_id), ("up_to_message_id", r.up_to_message_id)])?;
+                let (changed, m) = self.messages.mark_read(r.user_id, r.conversation_id, r.up_to_message_id).await?;
+                Ok(pb::MarkReadResponse { changed, read_seq: m.read_seq, unread_count: m.unread() })
+            }
+            .await,
+        )
+    }
+
+    async fn create_group(&self, req: Request<pb::CreateGroupRequest>) -> Result<Response<pb::CreateGroupResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                let mut bad: Vec<Violation> = validate_user_id("creator_id", r.creator_id).err().into_iter().collect();
+                if !r.member_ids.is_empty() {
+                    bad.extend(validate_batch("member_ids", &r.member_ids).err().unwrap_or_default());
+                }
+                if r.title.len() > MAX_TITLE_BYTES {
+                    bad.push(Violation::new("title", format!("holds {} bytes, at most {MAX_TITLE_BYTES} are allowed", r.title.len())));
+                }
+                if !bad.is_empty() {
+                    return Err(bad.into());
+                }
+                let (conversation_id, member_count) = self.messages.create_group(r.creator_id, &r.member_ids, &r.title).await?;
+                Ok(pb::CreateGroupResponse { conversation_id, member_count })
+            }
+            .await,
+        )
+    }
+
+    async fn add_members(&self, req: Request<pb::AddMembersRequest>) -> Result<Response<pb::AddMembersResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                let mut bad: Vec<Violation> = [("actor_id", r.actor_id), ("conversation_id", r.conversation_id)]
+                    .iter()
+                    .filter_map(|(f, id)| validate_user_id(f, *id).err())
+                    .collect();
+                bad.extend(validate_batch("user_ids", &r.user_ids).err().unwrap_or_default());
+                if !bad.is_empty() {
+                    return Err(ApiError::violations(bad));
+                }
+                let (added, member_count) = self.messages.add_members(r.actor_id, r.conversation_id, &r.user_ids).await?;
+                Ok(pb::AddMembersResponse { added, member_count })
+            }
+            .await,
+        )
+    }
+
+    async fn remove_member(&self, req: Request<pb::RemoveMemberRequest>) -> Result<Response<pb::RemoveMemberResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                ids(&[("actor_id", r.actor_id), ("conversation_id", r.conversation_id), ("user_id", r.user_id)])?;
+                Ok(pb::RemoveMemberResponse { changed: self.messages.remove(r.actor_id, r.conversation_id, r.user_id).await? })
+            }
+            .await,
+        )
+    }
+
+    async fn leave(&self, req: Request<pb::LeaveRequest>) -> Result<Response<pb::LeaveResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                ids(&[("user_id", r.user_id), ("conversation_id", r.conversation_id)])?;
+                Ok(pb::LeaveResponse { changed: self.messages.remove(r.user_id, r.conversation_id, r.user_id).await? })
+            }
+            .await,
+        )
+    }
+
+    async fn get_unread_counts(&self, req: Request<pb::GetUnreadCountsRequest>) -> Result<Response<pb::GetUnreadCountsResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                ids(&[("user_id", r.user_id)])?;
+                self.messages.unread_counts(r.user_id).await
+            }
+            .await,
+        )
+    }
+
+    async fn batch_get_member_states(
+        &self,
+        req: Request<pb::BatchGetMemberStatesRequest>,
+    ) -> Result<Response<pb::BatchGetMemberStatesResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                if r.members.is_empty() || r.members.len() > socialgraph_domain::MAX_BATCH {
+                    return Err(ApiError::invalid(
+                        "members",
+                        format!("must hold 1 to {} pairs, holds {}", socialgraph_domain::MAX_BATCH, r.members.len()),
+                    ));
+                }
+                let mut bad = Vec::new();
+                for (i, m) in r.members.iter().enumerate() {
+                    bad.extend(validate_user_id(&format!("members[{i}].conversation_id"), m.conversation_id).err());
+                    bad.extend(validate_user_id(&format!("members[{i}].user_id"), m.user_id).err());
+                }
+                if !bad.is_empty() {
+                    return Err(ApiError::violations(bad));
+                }
+                let pairs: Vec<(i64, i64)> = r.members.iter().map(|m| (m.conversation_id, m.user_id)).collect();
+                Ok(pb::BatchGetMemberStatesResponse { states: self.messages.member_states(&pairs).await? })
+            }
+            .await,
+        )
+    }
+}

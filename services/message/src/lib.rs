@@ -1,0 +1,79 @@
+//! message-svc: private and group conversations, read cursors and unread counts
+//! (`conversation`, `conversation_member`, `message`), their transactional outbox, and the
+//! relay that publishes it to Kafka topic `sg.message.v1`.
+//!
+//! [`run`] is the whole service; `main` and the tests call it with their own listeners.
+
+pub mod blocks;
+pub mod config;
+pub mod grpc;
+pub mod reads;
+pub mod service;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use sea_orm_migration::MigratorTrait;
+use socialgraph_events::RelayMetrics;
+use socialgraph_proto::message::v1::message_service_server::MessageServiceServer;
+use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_server::Readiness;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// Full gRPC name of the service (health and reflection).
+pub const SERVICE_NAME: &str = "socialgraph.message.v1.MessageService";
+
+/// Connects to the configured database and runs pending migrations.
+///
+/// # Errors
+/// The database is unreachable or a migration failed.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, 2).await.context("connecting to the database")?;
+    socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    Ok(())
+}
+
+/// MessageService's routes over `messages`.
+pub fn routes(messages: Arc<service::Messages>) -> tonic::service::Routes {
+    tonic::service::Routes::new(MessageServiceServer::new(grpc::MessageGrpc::new(messages)))
+}
+
+/// Runs message-svc on `grpc` and `admin` until `shutdown` fires, then drains RPCs, stops the
+/// relay at a batch boundary, and returns.
+///
+/// # Errors
+/// Start-up failures (database unreachable, migrations failed) and transport failures.
+pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let db = socialgraph_storage::connect(&config.database.url, config.database.max_connections).await.context("connecting to the database")?;
+    if config.database.migrate_on_start {
+        socialgraph_migrations::Migrator::up(&db, None).await.context("running migrations")?;
+    }
+    let registry = prometheus::Registry::new();
+    let relay_metrics = RelayMetrics::register(&registry)?;
+    let wake = Arc::new(Notify::new());
+    let relation = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
+    let blocks = blocks::Blocks::Relation(RelationServiceClient::new(relation));
+    let messages = Arc::new(service::Messages::new(db.clone(), config.clone(), Arc::clone(&wake), blocks));
+    let loops = CancellationToken::new();
+    let topics = vec![config.kafka.message_topic.clone()];
+    let relay = config
+        .kafka
+        .relay_enabled
+        .then(|| tokio::spawn(socialgraph_server::relay::relay_task(db.clone(), config.kafka.clone(), topics, wake, relay_metrics, loops.clone())));
+    let readiness = Readiness::default();
+    readiness.set(true);
+    let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
+    let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
+    let served = socialgraph_server::serve_grpc(routes(messages), grpc, serving, shutdown).await;
+    loops.cancel();
+    if let Some(relay) = relay {
+        let _ = relay.await;
+    }
+    let _ = admin_task.await;
+    db.close().await.ok();
+    served
+}
