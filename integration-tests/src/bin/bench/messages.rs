@@ -170,6 +170,11 @@ async fn group_send(a: &MessagesArgs) -> anyhow::Result<()> {
         .into_inner()
         .conversation_id;
     let members: Arc<Vec<i64>> = Arc::new((2..=500).collect());
+    // A first read builds each member's counts from message-svc; from then on what the reads
+    // show is what the consumer kept.
+    for u in members.iter() {
+        c.get_unread_counts(cpb::GetUnreadCountsRequest { user_id: *u }).await?;
+    }
     let mut sends = Vec::new();
     let mut visible = Vec::new();
     for round in 1..=a.group_rounds as i64 {
