@@ -50,10 +50,11 @@ def accepted_settings() -> set[str]:
     """Every SG_<SECTION>__<KEY> message-svc's Config accepts (it denies unknown fields): its
     sections from services/message/src/config.rs, their keys from the structs they name."""
     sections = _rust_struct_fields("services/message/src/config.rs", "Config")
-    assert set(sections) == {"server", "database", "kafka", "messages", "auth"}, sections
+    assert set(sections) == {"server", "database", "kafka", "messages", "auth", "relation", "subscribe"}, sections
+    own = {"MessageLimits", "RelationSettings", "SubscribeSettings"}
     out = set()
     for section, struct in sections.items():
-        source = "services/message/src/config.rs" if struct == "MessageLimits" else "libs/server/src/config.rs"
+        source = "services/message/src/config.rs" if struct in own else "libs/server/src/config.rs"
         for key in _rust_struct_fields(source, struct):
             out.add(f"SG_{section.upper()}__{key.upper()}")
     return out
@@ -68,7 +69,8 @@ READS = {
     "SG_KAFKA__BROKERS", "SG_KAFKA__MESSAGE_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_KAFKA__RELAY_BATCH_SIZE", "SG_KAFKA__RELAY_IDLE_POLL_MS", "SG_KAFKA__RELAY_ENABLED",
     "SG_MESSAGES__MAX_BODY_BYTES", "SG_MESSAGES__MAX_GROUP_MEMBERS", "SG_AUTH__PAGE_TOKEN_SECRET",
-    "SG_RELATION__URL",
+    "SG_RELATION__URL", "SG_SUBSCRIBE__IDLE_POLL_MS", "SG_SUBSCRIBE__QUIET_POLL_MS", "SG_SUBSCRIBE__BUFFER",
+    "SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS",
 }
 
 
@@ -146,10 +148,13 @@ def test_config_holds_only_the_sections_it_accepts(variant):
     [consumer] or anything of another service, whatever the other services are given."""
     env = render(VARIANTS[variant]).environment(MESSAGE)
     settings = {k for k in env if k not in NON_SG}
-    assert {k.split("__")[0] for k in settings} <= {"SG_SERVER", "SG_DATABASE", "SG_KAFKA", "SG_MESSAGES", "SG_AUTH"}
+    assert {k.split("__")[0] for k in settings} <= {"SG_SERVER", "SG_DATABASE", "SG_KAFKA", "SG_MESSAGES", "SG_SUBSCRIBE",
+                                                    "SG_RELATION", "SG_AUTH"}
     assert settings <= accepted_settings()
     assert settings <= READS
-    assert not [k for k in env if re.match(r"SG_(REDIS|CACHE|LIMITS|CONSUMER|FEED|COUNTERS|RELATION|PROJECTION)__", k)]
+    assert not [k for k in env if re.match(r"SG_(REDIS|CACHE|LIMITS|CONSUMER|FEED|COUNTERS|PROJECTION)__", k)]
+    # Of relation-svc's settings only its URL (asked about blocks).
+    assert [k for k in env if k.startswith("SG_RELATION__")] == ["SG_RELATION__URL"]
     # No admin RPC, so no admin token, even where the other services get one.
     assert "SG_AUTH__ADMIN_TOKEN" not in env
     # The same config the ConfigMap holds: nothing of another service.
@@ -178,6 +183,10 @@ def test_default_settings():
         "SG_MESSAGES__MAX_BODY_BYTES": "16384",
         "SG_MESSAGES__MAX_GROUP_MEMBERS": "1000",
         "SG_RELATION__URL": f"http://{RELEASE}-relation:50051",
+        "SG_SUBSCRIBE__IDLE_POLL_MS": "20",
+        "SG_SUBSCRIBE__QUIET_POLL_MS": "200",
+        "SG_SUBSCRIBE__BUFFER": "4096",
+        "SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS": "200000",
         "RUST_LOG": "info",
         "SG_LOG_FORMAT": "json",
     }
@@ -193,10 +202,12 @@ def test_values_become_the_documented_variables():
                   "database": {"maxConnections": 8, "migrateOnStart": True},
                   "kafka": {"relayBatchSize": 500, "relayIdlePollMs": 20, "relayEnabled": False},
                   "server": {"requestTimeoutMs": 4000, "drainTimeoutMs": 20000},
-                  "relationUrl": "http://relation.other:50051", "logLevel": "debug"},
+                  "relationUrl": "http://relation.other:50051", "logLevel": "debug",
+                  "subscribe": {"maxCatchUpRecords": 50000000, "quietPollMs": 1000}},
     }))
     env = rendered.environment(MESSAGE)
     assert env["SG_RELATION__URL"] == "http://relation.other:50051"
+    assert env["SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS"] == "50000000" and env["SG_SUBSCRIBE__QUIET_POLL_MS"] == "1000"
     assert env["SG_KAFKA__MESSAGE_TOPIC"] == "chat.events.v2"
     assert env["SG_KAFKA__PARTITIONS"] == "24" and env["SG_KAFKA__REQUEST_DEADLINE_MS"] == "2500"
     assert env["SG_MESSAGES__MAX_BODY_BYTES"] == "65536"
@@ -393,6 +404,12 @@ def test_disabled_renders_no_message_objects(variant):
     actual_pods = rendered.get("StatefulSet", f"{RELEASE}-counter")["spec"]["template"]["metadata"]["annotations"]
     assert actual_pods["checksum/config"] != counter_pods["checksum/config"]
     counter_pods["checksum/config"] = actual_pods["checksum/config"]
+    # relation-svc's network policy no longer admits message-svc (which asked it about blocks).
+    relation_policy = expected.get(("NetworkPolicy", f"{RELEASE}-relation"))
+    if relation_policy:
+        for rule in relation_policy["spec"]["ingress"]:
+            rule["from"] = [p for p in rule["from"]
+                            if p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") != MESSAGE]
     for obj in rendered.objects:
         if obj["kind"] != "PrometheusRule":
             assert obj == expected[(obj["kind"], obj["metadata"]["name"])], (obj["kind"], obj["metadata"]["name"])
@@ -444,11 +461,11 @@ def test_pdb_service_monitor_and_network_policy():
     alone = render({"networkPolicy": {"enabled": True}, "counter": {"enabled": False},
                     GATEWAY: {"upstream": {"counterUrl": "http://counter.graph:50053"}}})
     assert alone.get("NetworkPolicy", NAME)["spec"]["ingress"] == []
-    # No other policy admits message-svc's pods as a caller.
+    # No other policy but relation-svc's (blocks) admits message-svc's pods as a caller.
     for other in nobody.of_kind("NetworkPolicy"):
-        for rule in other["spec"]["ingress"]:
-            for peer in rule["from"]:
-                assert peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") != MESSAGE
+        callers = {peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+                   for rule in other["spec"]["ingress"] for peer in rule["from"]}
+        assert (MESSAGE in callers) == (other["metadata"]["name"] == f"{RELEASE}-relation"), other["metadata"]["name"]
     assert render({MESSAGE: {"pdb": {"enabled": False}}}).find("PodDisruptionBudget", NAME) is None
 
 

@@ -1,14 +1,21 @@
 //! MessageService in the embedded mode (`socialgraph dev`, one SQLite file): the first 3,000
 //! CollegeMsg messages replayed from four clients give every user the brute-force conversation
-//! list and unread counts, and the same after a restart; a block stops private messages; the
-//! CLI loads a messages file once.
+//! list and unread counts, and the same after a restart; Subscribe delivers and resumes across
+//! the restart; a block stops private messages; the CLI loads a messages file once.
 
 use socialgraph_integration_tests::messages::{college_messages, compare_lists, replay};
 use socialgraph_integration_tests::{reason, spawn_dev};
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
-use socialgraph_proto::message::v1::{CreateGroupRequest, GetUnreadCountsRequest, SendMessageRequest};
+use socialgraph_proto::message::v1::{
+    CreateGroupRequest, GetUnreadCountsRequest, SendMessageRequest, SubscribeEventKind, SubscribeRequest, SubscribeResponse,
+};
 use socialgraph_proto::relation::v1::BlockRequest;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+
+/// The next item of a Subscribe stream, within 20 s.
+async fn next(stream: &mut tonic::Streaming<SubscribeResponse>) -> anyhow::Result<SubscribeResponse> {
+    tokio::time::timeout(std::time::Duration::from_secs(20), stream.message()).await??.ok_or_else(|| anyhow::anyhow!("the stream ended"))
+}
 
 #[tokio::test]
 async fn the_embedded_mesh_serves_messages_on_sqlite_exactly_across_a_restart() -> anyhow::Result<()> {
@@ -26,8 +33,14 @@ async fn the_embedded_mesh_serves_messages_on_sqlite_exactly_across_a_restart() 
         .await?
         .into_inner()
         .conversation_id;
+    // Live delivery reads the outbox table here: subscribe, receive, keep the resume token.
+    let mut live = g.subscribe(SubscribeRequest { user_id: 5003, resume_token: String::new() }).await?.into_inner();
+    assert_eq!(next(&mut live).await?.kind, SubscribeEventKind::Subscribed as i32);
     let req = SendMessageRequest { sender_id: 5002, recipient_id: 0, conversation_id: group, client_message_id: "g".into(), body: b"hi".to_vec() };
     g.send_message(req).await?;
+    let item = next(&mut live).await?;
+    assert_eq!(item.message.map(|m| m.body), Some(b"hi".to_vec()));
+    drop(live);
     // Users outside the file's ids (1..1899), so the lists compared stay the file's.
     let before = g.get_unread_counts(GetUnreadCountsRequest { user_id: 5003 }).await?.into_inner().total_unread;
     dev.stop().await?;
@@ -36,6 +49,14 @@ async fn the_embedded_mesh_serves_messages_on_sqlite_exactly_across_a_restart() 
     let mut c = MessageServiceClient::connect(dev.message.clone()).await?;
     compare_lists(&mut c, &lines, &ids).await?;
     assert_eq!(c.get_unread_counts(GetUnreadCountsRequest { user_id: 5003 }).await?.into_inner().total_unread, before, "the group's unread survives");
+    // The token resumes across the restart: the message sent since comes first, and only it.
+    let req =
+        SendMessageRequest { sender_id: 5001, recipient_id: 0, conversation_id: group, client_message_id: "g2".into(), body: b"again".to_vec() };
+    c.send_message(req).await?;
+    let mut live = c.subscribe(SubscribeRequest { user_id: 5003, resume_token: item.resume_token }).await?.into_inner();
+    assert_eq!(next(&mut live).await?.kind, SubscribeEventKind::Subscribed as i32);
+    assert_eq!(next(&mut live).await?.message.map(|m| m.body), Some(b"again".to_vec()));
+    drop(live);
     // Blocks stop private messages here too (read from the same SQLite file).
     let mut r = RelationServiceClient::connect(dev.relation.clone()).await?;
     r.block(BlockRequest { blocker_id: 5001, blocked_id: 5004 }).await?;

@@ -133,8 +133,8 @@ SG_MESSAGE__URL: {{ include "socialgraph.serviceUrl" (list .root "message") | qu
 {{- end -}}
 
 {{/*
-message-svc: [server], [database], [kafka] (its topic and its relay), [messages], [relation]
-(asked about blocks) and [auth] (the page-token key, from secretEnvs). It refuses every other
+message-svc: [server], [database], [kafka] (its topic, its relay, and live delivery's tail),
+[messages], [subscribe], [relation] (asked about blocks) and [auth] (the page-token key, from secretEnvs). It refuses every other
 section (no [redis], [cache], [limits] or [consumer]).
 */}}
 {{- define "socialgraph.configData.message" -}}
@@ -150,6 +150,10 @@ SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
 SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
 SG_MESSAGES__MAX_BODY_BYTES: {{ $svc.messages.maxBodyBytes | int64 | quote }}
 SG_MESSAGES__MAX_GROUP_MEMBERS: {{ $svc.messages.maxGroupMembers | int64 | quote }}
+SG_SUBSCRIBE__IDLE_POLL_MS: {{ $svc.subscribe.idlePollMs | int64 | quote }}
+SG_SUBSCRIBE__QUIET_POLL_MS: {{ $svc.subscribe.quietPollMs | int64 | quote }}
+SG_SUBSCRIBE__BUFFER: {{ $svc.subscribe.buffer | int64 | quote }}
+SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS: {{ $svc.subscribe.maxCatchUpRecords | int64 | quote }}
 SG_RELATION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "relation")) $svc.relationUrl | quote }}
 {{- end -}}
 

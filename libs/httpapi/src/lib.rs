@@ -94,6 +94,7 @@ mod tests {
                 "MessageService.MarkRead",
                 "MessageService.RemoveMember",
                 "MessageService.SendMessage",
+                "MessageService.Subscribe",
                 "ProjectionService.Rebuild",
                 "RelationService.ImportFollows",
                 "RelationService.ScanEdges",

@@ -22,6 +22,8 @@ pub const REASON_REDIS: &str = "REDIS_UNAVAILABLE";
 pub const REASON_RATE_LIMITER: &str = "RATE_LIMITER_UNAVAILABLE";
 /// UNAVAILABLE reason: another service of the mesh this RPC needs did not answer.
 pub const REASON_PEER: &str = "PEER_UNAVAILABLE";
+/// UNAVAILABLE reason: the event log (Kafka) did not answer.
+pub const REASON_BROKER: &str = "BROKER_UNAVAILABLE";
 
 /// The API error of a database failure: UNAVAILABLE (reason [`REASON_DATABASE`]) for a lost
 /// connection or a busy database (see `socialgraph_storage::is_unavailable` and

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 pub use admin::serve_admin;
 pub use config::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
-pub use error::{ApiError, ApiResult, DOMAIN, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
+pub use error::{ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
 pub use red::RpcMetrics;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;

@@ -222,9 +222,13 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let mut message_config = socialgraph_message::Config::default();
     message_config.database.url = url.clone();
     message_config.auth.page_token_secret = config.page_token_secret.clone();
+    let message_log = Arc::new(log::MessageLog { db: db.clone(), topic: message_config.kafka.message_topic.clone() });
+    let streams = shutdown.child_token();
+    let hub = socialgraph_message::live::Hub::new(message_log, message_config.subscribe.hub(), streams.clone());
+    let hub_task = tokio::spawn(Arc::clone(&hub).run());
     let messages =
         socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new()), socialgraph_message::blocks::Blocks::Table);
-    let message_routes = socialgraph_message::routes(Arc::new(messages));
+    let message_routes = socialgraph_message::routes(Arc::new(messages), hub);
     let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
         let serving = socialgraph_server::GrpcServing {
             service_names: names,
@@ -242,7 +246,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         serve(message_routes, &[socialgraph_message::SERVICE_NAME], &[], listeners.message),
     );
     loops.cancel();
-    let _ = tokio::join!(projection_loop, content_loop, fanout_loop, counter_loop, admin, forward, account_jobs);
+    streams.cancel();
+    let _ = tokio::join!(projection_loop, content_loop, fanout_loop, counter_loop, admin, forward, account_jobs, hub_task);
     db.close().await.ok();
     r.and(p).and(c).and(m)
 }

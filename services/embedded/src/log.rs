@@ -163,3 +163,28 @@ impl socialgraph_projection::feed::ContentLog for OutboxContentLog {
         Ok(())
     }
 }
+
+/// The message topic of the log, as live delivery reads it: one partition whose offsets are
+/// outbox ids (the outbox is never trimmed here, so every position stays readable).
+pub struct MessageLog {
+    /// The database.
+    pub db: DatabaseConnection,
+    /// The message topic.
+    pub topic: String,
+}
+
+#[tonic::async_trait]
+impl socialgraph_message::live::EventLog for MessageLog {
+    async fn partitions(&self) -> Result<i32, socialgraph_message::live::LogError> {
+        Ok(1)
+    }
+
+    async fn fetch(&self, _partition: i32, from: i64) -> Result<Vec<(i64, Vec<u8>)>, socialgraph_message::live::LogError> {
+        let rows = read(&self.db, &[&self.topic], from, BATCH_ROWS).await?;
+        Ok(rows.into_iter().map(|r| (r.offset, r.record.value.unwrap_or_default())).collect())
+    }
+
+    async fn bounds(&self, _partition: i32) -> Result<(i64, i64), socialgraph_message::live::LogError> {
+        Ok((0, high_watermark(&self.db, &[&self.topic]).await?))
+    }
+}

@@ -20,6 +20,8 @@ pub struct Config {
     pub auth: AuthSettings,
     /// relation-svc, asked whether two users block each other before a private message.
     pub relation: RelationSettings,
+    /// Live delivery (Subscribe).
+    pub subscribe: SubscribeSettings,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             messages: MessageLimits::default(),
             auth: AuthSettings::default(),
             relation: RelationSettings::default(),
+            subscribe: SubscribeSettings::default(),
         }
     }
 }
@@ -64,6 +67,36 @@ pub struct RelationSettings {
 impl Default for RelationSettings {
     fn default() -> Self {
         Self { url: "http://127.0.0.1:50051".into() }
+    }
+}
+
+/// `[subscribe]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubscribeSettings {
+    /// Longest sleep, ms, between empty fetches of a message-topic partition that had records in
+    /// the last 10 s: the delivery delay of a message sent through another replica.
+    pub idle_poll_ms: u64,
+    /// Sleep, ms, between empty fetches of a partition quiet for 10 s: the delay of the first
+    /// message after a quiet time (and what an idle instance costs the broker).
+    pub quiet_poll_ms: u64,
+    /// Records buffered per stream; a stream further behind catches up from the log.
+    pub buffer: usize,
+    /// Most records of the topic a resume may have to read behind its token
+    /// (FAILED_PRECONDITION, reason CATCH_UP_TOO_LONG, beyond).
+    pub max_catch_up_records: u64,
+}
+
+impl Default for SubscribeSettings {
+    fn default() -> Self {
+        Self { idle_poll_ms: 20, quiet_poll_ms: 200, buffer: 4096, max_catch_up_records: 200_000 }
+    }
+}
+
+impl SubscribeSettings {
+    /// The hub's part.
+    pub fn hub(&self) -> crate::live::HubSettings {
+        crate::live::HubSettings { idle_poll_ms: self.idle_poll_ms.max(1), quiet_poll_ms: self.quiet_poll_ms.max(1), buffer: self.buffer }
     }
 }
 

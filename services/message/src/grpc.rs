@@ -8,18 +8,21 @@ use socialgraph_proto::message::v1::message_service_server::MessageService;
 use socialgraph_server::{ApiError, ApiResult};
 use tonic::{Request, Response, Status};
 
+use crate::live::Hub;
 use crate::reads::message_pb;
 use crate::service::{MAX_TITLE_BYTES, Messages, Send, validate_send};
+use crate::subscribe::{Cursor, open, pump};
 
 /// The tonic implementation of `socialgraph.message.v1.MessageService`.
 pub struct MessageGrpc {
     messages: Arc<Messages>,
+    hub: Arc<Hub>,
 }
 
 impl MessageGrpc {
-    /// Serves `messages`.
-    pub fn new(messages: Arc<Messages>) -> Self {
-        Self { messages }
+    /// Serves `messages`; Subscribe streams follow `hub`.
+    pub fn new(messages: Arc<Messages>, hub: Arc<Hub>) -> Self {
+        Self { messages, hub }
     }
 }
 
@@ -35,6 +38,21 @@ fn answer<T>(r: ApiResult<T>) -> Result<Response<T>, Status> {
 
 #[tonic::async_trait]
 impl MessageService for MessageGrpc {
+    type SubscribeStream = tokio_stream::wrappers::ReceiverStream<Result<pb::SubscribeResponse, Status>>;
+
+    async fn subscribe(&self, req: Request<pb::SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
+        let r = req.into_inner();
+        let opened = async {
+            validate_user_id("user_id", r.user_id).map_err(ApiError::from)?;
+            let token = Cursor::decode(&r.resume_token, r.user_id)?;
+            open(&self.hub, r.user_id, token, self.messages.config.subscribe.max_catch_up_records).await
+        };
+        let (rx, cursor) = opened.await?;
+        let (tx, stream) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(pump(Arc::clone(&self.hub), rx, cursor, tx));
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(stream)))
+    }
+
     async fn send_message(&self, req: Request<pb::SendMessageRequest>) -> Result<Response<pb::SendMessageResponse>, Status> {
         let r = req.into_inner();
         let max = self.messages.config.messages.max_body_bytes;

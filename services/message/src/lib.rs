@@ -7,8 +7,10 @@
 pub mod blocks;
 pub mod config;
 pub mod grpc;
+pub mod live;
 pub mod reads;
 pub mod service;
+pub mod subscribe;
 
 use std::sync::Arc;
 
@@ -37,9 +39,9 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// MessageService's routes over `messages`.
-pub fn routes(messages: Arc<service::Messages>) -> tonic::service::Routes {
-    tonic::service::Routes::new(MessageServiceServer::new(grpc::MessageGrpc::new(messages)))
+/// MessageService's routes over `messages`, with Subscribe streams following `hub`.
+pub fn routes(messages: Arc<service::Messages>, hub: Arc<live::Hub>) -> tonic::service::Routes {
+    tonic::service::Routes::new(MessageServiceServer::new(grpc::MessageGrpc::new(messages, hub)))
 }
 
 /// Runs message-svc on `grpc` and `admin` until `shutdown` fires, then drains RPCs, stops the
@@ -64,12 +66,18 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         .kafka
         .relay_enabled
         .then(|| tokio::spawn(socialgraph_server::relay::relay_task(db.clone(), config.kafka.clone(), topics, wake, relay_metrics, loops.clone())));
+    // Subscribe streams end as soon as shutdown fires, so the drain does not wait on them.
+    let streams = shutdown.child_token();
+    let hub = live::Hub::new(Arc::new(live::KafkaLog::new(config.kafka.clone())), config.subscribe.hub(), streams.clone());
+    let hub_task = tokio::spawn(Arc::clone(&hub).run());
     let readiness = Readiness::default();
     readiness.set(true);
     let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let served = socialgraph_server::serve_grpc(routes(messages), grpc, serving, shutdown).await;
+    let served = socialgraph_server::serve_grpc(routes(messages, hub), grpc, serving, shutdown).await;
     loops.cancel();
+    streams.cancel();
+    let _ = hub_task.await;
     if let Some(relay) = relay {
         let _ = relay.await;
     }

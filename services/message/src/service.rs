@@ -291,7 +291,7 @@ impl Messages {
         let new = NewMessage { conversation_id, seq, sender_id: s.sender_id, client_message_id: &s.client_message_id, body: &s.body, now_ms: now };
         let id = store::append(tx, &new).await?;
         let mut event = self.event(MessageEventKind::Sent, conversation_id, s.sender_id, recipients, now);
-        (event.seq, event.message_id, event.body) = (seq, id, s.body.clone());
+        (event.seq, event.message_id, event.body, event.client_message_id) = (seq, id, s.body.clone(), s.client_message_id.clone());
         self.publish(tx, &event, now).await?;
         let message = MessageRow {
             id,

@@ -186,7 +186,7 @@ async fn produce_loop(brokers: Vec<String>, topic: String, partitions: i32, dead
 #[tonic::async_trait]
 impl ContentLog for KafkaContentLog {
     async fn append(&self, event: ContentEvent) -> Result<(), ApiError> {
-        let unavailable = || ApiError::unavailable("BROKER_UNAVAILABLE", "the event log (Kafka) did not take the event; retry");
+        let unavailable = || ApiError::unavailable(socialgraph_server::REASON_BROKER, "the event log (Kafka) did not take the event; retry");
         let mut headers = socialgraph_events::headers::event_headers("socialgraph.events.v1.ContentEvent");
         socialgraph_telemetry::inject_headers(&tracing::Span::current(), &mut headers);
         let record = socialgraph_events::kafka::KeyedRecord {
