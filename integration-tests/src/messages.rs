@@ -53,6 +53,29 @@ pub async fn message_on(backend: Backend, relay: bool) -> anyhow::Result<(TestDb
     Ok((db, svc, topic, relation))
 }
 
+/// A counter-svc configuration that keeps unread counts from message-svc `msg` and its topic
+/// (on the shared Redis under a fresh key prefix; projection-svc is never dialled, as no relation
+/// events flow). Returns the configuration and its key prefix.
+pub fn unread_counter_config(msg: &Svc, topic: &str) -> (crate::CounterConfig, String) {
+    let prefix = socialgraph_testkit::unique("t") + ":";
+    let mut config = crate::counter_config(&socialgraph_testkit::redis_url(), &prefix, &crate::Topics::fresh(), ([127, 0, 0, 1], 9).into());
+    config.kafka.message_topic = topic.to_owned();
+    config.message.url = format!("http://{}", msg.addr);
+    (config, prefix)
+}
+
+/// A SendMessage of `id` as client_message_id and body, to `to` (0: none) or into
+/// `conversation` (0: none).
+pub fn send_request(from: i64, to: i64, conversation: i64, id: &str) -> pb::SendMessageRequest {
+    pb::SendMessageRequest {
+        sender_id: from,
+        recipient_id: to,
+        conversation_id: conversation,
+        client_message_id: id.into(),
+        body: id.as_bytes().to_vec(),
+    }
+}
+
 /// A MessageService client of `svc`.
 ///
 /// # Errors

@@ -9,25 +9,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
-use socialgraph_integration_tests::messages::{message_client, message_config, message_on, spawn_message};
-use socialgraph_proto::message::v1::{
-    CreateGroupRequest, MarkReadRequest, SendMessageRequest, SubscribeEventKind, SubscribeRequest, SubscribeResponse,
-};
+use socialgraph_integration_tests::messages::{message_client, message_config, message_on, send_request, spawn_message};
+use socialgraph_proto::message::v1::{CreateGroupRequest, MarkReadRequest, SubscribeEventKind, SubscribeRequest, SubscribeResponse};
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
 
 type Client = socialgraph_proto::message::v1::message_service_client::MessageServiceClient<tonic::transport::Channel>;
 type Stream = tonic::Streaming<SubscribeResponse>;
-
-fn send(from: i64, to: i64, conversation: i64, id: &str) -> SendMessageRequest {
-    SendMessageRequest {
-        sender_id: from,
-        recipient_id: to,
-        conversation_id: conversation,
-        client_message_id: id.into(),
-        body: id.as_bytes().to_vec(),
-    }
-}
 
 /// Opens a stream and checks its first item is SUBSCRIBED with a token.
 async fn subscribe(c: &mut Client, user: i64, token: &str) -> anyhow::Result<(Stream, String)> {
@@ -59,11 +47,11 @@ async fn a_subscriber_gets_its_messages_and_read_moves_and_nothing_else() -> any
     let (db, svc, _, _relation) = message_on(Backend::Postgres, true).await?;
     let mut c = message_client(&svc).await?;
     let (mut two, _) = subscribe(&mut c, 2, "").await?;
-    let a = c.send_message(send(1, 2, 0, "a")).await?.into_inner().message.unwrap_or_default();
-    c.send_message(send(4, 5, 0, "elsewhere")).await?;
-    let b = c.send_message(send(2, 1, 0, "b")).await?.into_inner().message.unwrap_or_default();
+    let a = c.send_message(send_request(1, 2, 0, "a")).await?.into_inner().message.unwrap_or_default();
+    c.send_message(send_request(4, 5, 0, "elsewhere")).await?;
+    let b = c.send_message(send_request(2, 1, 0, "b")).await?.into_inner().message.unwrap_or_default();
     let group = c.create_group(CreateGroupRequest { creator_id: 3, member_ids: vec![2, 6], title: "g".into() }).await?.into_inner().conversation_id;
-    let g = c.send_message(send(6, 0, group, "g")).await?.into_inner().message.unwrap_or_default();
+    let g = c.send_message(send_request(6, 0, group, "g")).await?.into_inner().message.unwrap_or_default();
     c.mark_read(MarkReadRequest { user_id: 2, conversation_id: group, up_to_message_id: g.message_id }).await?;
     c.mark_read(MarkReadRequest { user_id: 6, conversation_id: group, up_to_message_id: g.message_id }).await?;
 
@@ -111,12 +99,12 @@ async fn every_message_arrives_exactly_once_across_reconnects_replicas_and_copie
             for i in 0..MESSAGES {
                 let peer = 2 + (i % 8) as i64;
                 let req = match i % 3 {
-                    0 => send(peer, 1, 0, &format!("p{i}")),
-                    1 => send(1, peer, 0, &format!("o{i}")),
-                    _ => send(peer, 0, group, &format!("g{i}")),
+                    0 => send_request(peer, 1, 0, &format!("p{i}")),
+                    1 => send_request(1, peer, 0, &format!("o{i}")),
+                    _ => send_request(peer, 0, group, &format!("g{i}")),
                 };
                 let m = c.clone().send_message(req).await?.into_inner().message.unwrap_or_default();
-                c.clone().send_message(send(10 + peer, 20 + peer, 0, &format!("x{i}"))).await?;
+                c.clone().send_message(send_request(10 + peer, 20 + peer, 0, &format!("x{i}"))).await?;
                 sent.push(m.message_id);
             }
             Ok::<_, anyhow::Error>(sent)
@@ -168,7 +156,7 @@ async fn every_message_arrives_exactly_once_across_reconnects_replicas_and_copie
     other.stop().await?;
     let ended = tokio::time::timeout(Duration::from_secs(10), on_other.message()).await?;
     assert_eq!(ended.map(|_| ()).unwrap_err().code(), Code::Unavailable);
-    let late = c.send_message(send(2, 1, 0, "late")).await?.into_inner().message.unwrap_or_default();
+    let late = c.send_message(send_request(2, 1, 0, "late")).await?.into_inner().message.unwrap_or_default();
     let (mut resumed, _) = subscribe(&mut c, 1, &token).await?;
     assert_eq!(next(&mut resumed).await?.message.map(|m| m.message_id), Some(late.message_id));
     let e = d.subscribe(SubscribeRequest { user_id: 1, resume_token: String::new() }).await;

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
-use socialgraph_integration_tests::messages::{college_messages, message_client, message_on, replay};
-use socialgraph_integration_tests::{Svc, Topics, admin, counter_caught_up, counter_config, redis_conn, spawn_counter};
+use socialgraph_integration_tests::messages::{college_messages, message_client, message_on, replay, unread_counter_config};
+use socialgraph_integration_tests::{Svc, admin, counter_caught_up, redis_conn, spawn_counter};
 use socialgraph_proto::counter::v1 as cpb;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
@@ -76,11 +76,7 @@ async fn assert_equal(msg: &Svc, counter: &Svc, users: &BTreeSet<i64>, what: &st
 async fn unread_counters_stay_exact_through_a_kill_a_full_replay_and_copies_of_events() -> anyhow::Result<()> {
     let (db, msg, topic, _relation) = message_on(Backend::Postgres, true).await?;
     let redis = socialgraph_testkit::redis_url();
-    let prefix = socialgraph_testkit::unique("t") + ":";
-    // projection-svc is not needed: no relation events flow (its address is never dialled).
-    let mut config = counter_config(&redis, &prefix, &Topics::fresh(), ([127, 0, 0, 1], 9).into());
-    config.kafka.message_topic = topic.clone();
-    config.message.url = format!("http://{}", msg.addr);
+    let (config, prefix) = unread_counter_config(&msg, &topic);
     let mut counter = spawn_counter(config.clone()).await?;
 
     let lines = college_messages(6_000)?;
@@ -159,12 +155,7 @@ async fn unread_counters_stay_exact_through_a_kill_a_full_replay_and_copies_of_e
 #[tokio::test]
 async fn a_group_of_500_members_with_2000_messages_keeps_every_members_unread_exact() -> anyhow::Result<()> {
     let (db, msg, topic, _relation) = message_on(Backend::Postgres, true).await?;
-    let redis = socialgraph_testkit::redis_url();
-    let prefix = socialgraph_testkit::unique("t") + ":";
-    let mut config = counter_config(&redis, &prefix, &Topics::fresh(), ([127, 0, 0, 1], 9).into());
-    config.kafka.message_topic = topic.clone();
-    config.message.url = format!("http://{}", msg.addr);
-    let counter = spawn_counter(config).await?;
+    let counter = spawn_counter(unread_counter_config(&msg, &topic).0).await?;
     let mut m = message_client(&msg).await?;
     let members: Vec<i64> = (1001..=1499).collect();
     let group = m.create_group(CreateGroupRequest { creator_id: 1000, member_ids: members.clone(), title: "all".into() }).await?.into_inner();

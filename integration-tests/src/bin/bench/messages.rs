@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
-use socialgraph_integration_tests::messages::{message_client, message_on};
-use socialgraph_integration_tests::{Topics, counter_config, spawn_counter};
+use socialgraph_integration_tests::messages::{message_client, message_on, unread_counter_config};
+use socialgraph_integration_tests::spawn_counter;
 use socialgraph_proto::counter::v1 as cpb;
 use socialgraph_proto::message::v1::{CreateGroupRequest, ListConversationsRequest, SendMessageRequest};
 use socialgraph_testkit::{Backend, TestDb};
@@ -156,12 +156,7 @@ async fn raw_sends(a: &MessagesArgs, max_time: Duration) -> anyhow::Result<crate
 async fn group_send(a: &MessagesArgs) -> anyhow::Result<()> {
     progress("a group of 500: time from a send until every member's unread count shows it in counter-svc");
     let (db, svc, topic, _relation) = message_on(Backend::Postgres, true).await?;
-    let redis = socialgraph_testkit::redis_url();
-    let prefix = socialgraph_testkit::unique("bench") + ":";
-    let mut config = counter_config(&redis, &prefix, &Topics::fresh(), ([127, 0, 0, 1], 9).into());
-    config.kafka.message_topic = topic;
-    config.message.url = format!("http://{}", svc.addr);
-    let counter = spawn_counter(config).await?;
+    let counter = spawn_counter(unread_counter_config(&svc, &topic).0).await?;
     let mut m = message_client(&svc).await?;
     let mut c = counter.counter().await?;
     let group = m
