@@ -22,7 +22,7 @@ pub(crate) async fn run(a: &MessagesArgs) -> anyhow::Result<()> {
     header("messages: SendMessage on PostgreSQL, ListConversations, a group of 500");
     let max_time = Duration::from_secs(a.max_secs);
     progress(&format!("SendMessage RPC, {} sends over {} users, concurrency {}", a.sends, a.users, a.concurrency));
-    let (db, svc, _, _relation) = message_on(Backend::Postgres, false).await?;
+    let (db, svc, _, relation) = message_on(Backend::Postgres, false).await?;
     let client = message_client(&svc).await?;
     let users = a.users;
     let c = client.clone();
@@ -100,6 +100,7 @@ pub(crate) async fn run(a: &MessagesArgs) -> anyhow::Result<()> {
     );
     pool.close().await.ok();
     svc.stop().await?;
+    relation.stop().await?;
     db.drop_db().await?;
     group_send(a).await
 }
@@ -155,7 +156,7 @@ async fn raw_sends(a: &MessagesArgs, max_time: Duration) -> anyhow::Result<crate
 /// One message to a group of 500, then the time until counter-svc shows every member's unread.
 async fn group_send(a: &MessagesArgs) -> anyhow::Result<()> {
     progress("a group of 500: time from a send until every member's unread count shows it in counter-svc");
-    let (db, svc, topic, _relation) = message_on(Backend::Postgres, true).await?;
+    let (db, svc, topic, relation) = message_on(Backend::Postgres, true).await?;
     let counter = spawn_counter(unread_counter_config(&svc, &topic).0).await?;
     let mut m = message_client(&svc).await?;
     let mut c = counter.counter().await?;
@@ -208,5 +209,6 @@ async fn group_send(a: &MessagesArgs) -> anyhow::Result<()> {
     );
     counter.stop().await?;
     svc.stop().await?;
+    relation.stop().await?;
     db.drop_db().await
 }
