@@ -70,18 +70,8 @@ impl UnreadCounter {
     /// Copies the current states of `pairs` from message-svc into Redis; returns how many
     /// memberships changed.
     async fn sync(&self, pairs: &[(i64, i64)]) -> Result<u64, BoxError> {
-        let mut applied = 0;
-        for chunk in pairs.chunks(STATES_PER_CALL) {
-            let members = chunk.iter().map(|(c, u)| MemberKey { conversation_id: *c, user_id: *u }).collect();
-            let states = self.message.clone().batch_get_member_states(BatchGetMemberStatesRequest { members }).await?.into_inner().states;
-            let rows: Vec<UnreadRow> = states
-                .into_iter()
-                .filter(|s| s.version > 0)
-                .map(|s| UnreadRow { user_id: s.user_id, conversation_id: s.conversation_id, version: s.version, count: s.unread_count })
-                .collect();
-            applied += self.store.sync_unread(&rows).await?;
-        }
-        Ok(applied)
+        let rows = member_states(&self.message, pairs).await?;
+        Ok(self.store.sync_unread(&rows).await?)
     }
 }
 
@@ -209,9 +199,26 @@ fn peer_error(e: tonic::Status) -> ApiError {
 pub async fn read(store: &Store, message: Option<&MessageServiceClient<Channel>>, user_id: i64) -> ApiResult<Unread> {
     let held = store.read_unread(user_id).await.map_err(cache_error)?;
     match message {
-        Some(message) if !held.built => rebuild(store, message, user_id).await,
+        Some(message) if !held.built => rebuild_over(store, message, user_id, held).await,
         _ => Ok(held),
     }
+}
+
+/// The current (conversation, user) states of `pairs` from message-svc, as unread rows (pairs
+/// that are no membership left out), in calls of at most [`STATES_PER_CALL`].
+async fn member_states(message: &MessageServiceClient<Channel>, pairs: &[(i64, i64)]) -> Result<Vec<UnreadRow>, tonic::Status> {
+    let mut rows = Vec::new();
+    for chunk in pairs.chunks(STATES_PER_CALL) {
+        let members = chunk.iter().map(|(c, u)| MemberKey { conversation_id: *c, user_id: *u }).collect();
+        let states = message.clone().batch_get_member_states(BatchGetMemberStatesRequest { members }).await?.into_inner().states;
+        rows.extend(states.into_iter().filter(|s| s.version > 0).map(|s| UnreadRow {
+            user_id: s.user_id,
+            conversation_id: s.conversation_id,
+            version: s.version,
+            count: s.unread_count,
+        }));
+    }
+    Ok(rows)
 }
 
 /// Rebuilds `user_id`'s unread counts from message-svc: the conversations its GetUnreadCounts
@@ -222,27 +229,21 @@ pub async fn read(store: &Store, message: Option<&MessageServiceClient<Channel>>
 /// # Errors
 /// UNAVAILABLE when Redis or message-svc is.
 pub async fn rebuild(store: &Store, message: &MessageServiceClient<Channel>, user_id: i64) -> ApiResult<Unread> {
-    let mut client = message.clone();
-    let listed = client.get_unread_counts(GetUnreadCountsRequest { user_id }).await.map_err(peer_error)?.into_inner();
+    let held = store.read_unread(user_id).await.map_err(cache_error)?;
+    rebuild_over(store, message, user_id, held).await
+}
+
+/// [`rebuild`] over `held`, what Redis held for the user when the rebuild started.
+async fn rebuild_over(store: &Store, message: &MessageServiceClient<Channel>, user_id: i64, held: Unread) -> ApiResult<Unread> {
+    let listed = message.clone().get_unread_counts(GetUnreadCountsRequest { user_id }).await.map_err(peer_error)?.into_inner();
     let mut rows: Vec<UnreadRow> = listed
         .conversations
         .iter()
         .map(|c| UnreadRow { user_id, conversation_id: c.conversation_id, version: c.version, count: c.unread_count })
         .collect();
     let listed: BTreeSet<i64> = rows.iter().map(|r| r.conversation_id).collect();
-    let held = store.read_unread(user_id).await.map_err(cache_error)?;
-    let others: Vec<MemberKey> =
-        held.conversations.iter().filter(|(c, _)| !listed.contains(c)).map(|(c, _)| MemberKey { conversation_id: *c, user_id }).collect();
-    for chunk in others.chunks(STATES_PER_CALL) {
-        let req = BatchGetMemberStatesRequest { members: chunk.to_vec() };
-        let states = client.batch_get_member_states(req).await.map_err(peer_error)?.into_inner().states;
-        rows.extend(states.into_iter().filter(|s| s.version > 0).map(|s| UnreadRow {
-            user_id,
-            conversation_id: s.conversation_id,
-            version: s.version,
-            count: s.unread_count,
-        }));
-    }
+    let others: Vec<(i64, i64)> = held.conversations.iter().filter(|(c, _)| !listed.contains(c)).map(|(c, _)| (*c, user_id)).collect();
+    rows.extend(member_states(message, &others).await.map_err(peer_error)?);
     store.rebuild_unread(user_id, &rows).await.map_err(cache_error)?;
     store.read_unread(user_id).await.map_err(cache_error)
 }

@@ -149,8 +149,7 @@ impl Hub {
     /// reached the log.
     pub fn subscribe(&self) -> Option<(broadcast::Receiver<Arc<Logged>>, Vec<i64>)> {
         let rx = self.tx.subscribe();
-        let positions = self.positions.read().map(|p| p.clone()).unwrap_or_default()?;
-        Some((rx, positions))
+        Some((rx, self.positions()?))
     }
 
     /// As [`Hub::subscribe`], waiting up to `wait` for the hub to reach the log (right after
