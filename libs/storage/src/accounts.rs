@@ -156,6 +156,10 @@ pub async fn delete<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<(), Db
 /// # Errors
 /// Database errors.
 pub async fn inactive_among<C: ConnectionTrait>(conn: &C, users: &[i64]) -> Result<HashSet<i64>, DbErr> {
+    if crate::pg_bulk::is_postgres(conn) {
+        let sql = format!("SELECT user_id FROM account WHERE user_id = ANY($1) AND status <> {}", AccountStatus::Active as i16);
+        return Ok(crate::pg_bulk::ids_query(conn, &sql, users).await?.into_iter().collect());
+    }
     let mut out = HashSet::new();
     for chunk in users.chunks(MAX_TUPLES_PER_QUERY) {
         let q = Query::select()
@@ -259,6 +263,10 @@ pub async fn edges_of<C: ConnectionTrait>(conn: &C, user_id: i64, states: &[Edge
 /// # Errors
 /// Database errors.
 pub async fn set_state<C: ConnectionTrait>(conn: &C, edges: &[Edge], state: EdgeState, now_ms: i64) -> Result<Vec<Edge>, DbErr> {
+    if crate::pg_bulk::is_postgres(conn) {
+        crate::pg_bulk::set_edge_states(conn, edges, state, now_ms).await?;
+        return Ok(edges.iter().map(|e| Edge { state, version: e.version + 1, updated_at_ms: now_ms, ..*e }).collect());
+    }
     for chunk in edges.chunks(MAX_TUPLES_PER_QUERY) {
         let q = Query::update()
             .table(Alias::new("following"))

@@ -34,7 +34,7 @@ pub struct CountDelta {
     pub followers: i64,
 }
 
-/// Adds `deltas` in one multi-row upsert per 500 users, bumping each touched row's version.
+/// Adds `deltas` in one multi-row upsert per 500 users (on PostgreSQL one for all), bumping each touched row's version.
 /// Rows are written in user-id order, so concurrent batches lock them in one order and cannot
 /// deadlock on each other. Zero deltas are skipped.
 ///
@@ -43,6 +43,9 @@ pub struct CountDelta {
 pub async fn add<C: ConnectionTrait>(conn: &C, deltas: &[CountDelta]) -> Result<(), DbErr> {
     let mut rows: Vec<CountDelta> = deltas.iter().copied().filter(|d| d.followings != 0 || d.followers != 0).collect();
     rows.sort_by_key(|d| d.user_id);
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::add_counts(conn, &rows).await;
+    }
     let tail = match conn.get_database_backend() {
         DbBackend::MySql => {
             " ON DUPLICATE KEY UPDATE followings = followings + VALUES(followings), \
@@ -68,13 +71,20 @@ pub async fn add<C: ConnectionTrait>(conn: &C, deltas: &[CountDelta]) -> Result<
 /// Database errors.
 pub async fn get_many<C: ConnectionTrait>(conn: &C, users: &[i64]) -> Result<Vec<EdgeCount>, DbErr> {
     let mut found = std::collections::HashMap::with_capacity(users.len());
-    for chunk in users.chunks(MAX_TUPLES_PER_QUERY) {
-        let q = Query::select()
-            .columns(["user_id", "followings", "followers", "version"].map(Alias::new))
-            .from(Alias::new("edge_count"))
-            .and_where(Expr::col(Alias::new("user_id")).is_in(chunk.iter().copied()))
-            .to_owned();
-        for row in conn.query_all(&q).await? {
+    let chunk_len = if crate::pg_bulk::is_postgres(conn) { users.len().max(1) } else { MAX_TUPLES_PER_QUERY };
+    for chunk in users.chunks(chunk_len) {
+        let rows = if crate::pg_bulk::is_postgres(conn) {
+            const SQL: &str = "SELECT user_id, followings, followers, version FROM edge_count WHERE user_id = ANY($1)";
+            crate::pg_bulk::ids_rows(conn, SQL, chunk).await?
+        } else {
+            let q = Query::select()
+                .columns(["user_id", "followings", "followers", "version"].map(Alias::new))
+                .from(Alias::new("edge_count"))
+                .and_where(Expr::col(Alias::new("user_id")).is_in(chunk.iter().copied()))
+                .to_owned();
+            conn.query_all(&q).await?
+        };
+        for row in rows {
             let c = EdgeCount {
                 user_id: row.try_get_by_index(0)?,
                 followings: row.try_get_by_index(1)?,

@@ -200,6 +200,9 @@ pub async fn mark_blocked<C: ConnectionTrait>(conn: &C, follower_id: i64, follow
 /// # Errors
 /// Database errors.
 pub async fn blocked_among<C: ConnectionTrait>(conn: &C, pairs: &[(i64, i64)]) -> Result<std::collections::HashSet<(i64, i64)>, DbErr> {
+    if crate::pg_bulk::is_postgres(conn) {
+        return Ok(crate::pg_bulk::blocked_pairs(conn, pairs).await?.into_iter().collect());
+    }
     let mut out = std::collections::HashSet::new();
     for chunk in pairs.chunks(MAX_TUPLES_PER_QUERY) {
         let q = Query::select()
@@ -215,15 +218,22 @@ pub async fn blocked_among<C: ConnectionTrait>(conn: &C, pairs: &[(i64, i64)]) -
     Ok(out)
 }
 
-/// Reads the edges among `pairs` (follower_id, followee_id) that exist, in no particular order;
-/// with `for_update` they are locked.
+/// Reads the edges among `pairs` (follower_id, followee_id) that exist, each once (however
+/// often it is asked), in no particular order; with `for_update` they are locked.
 ///
 /// # Errors
 /// Database errors.
 pub async fn get_many<C: ConnectionTrait>(conn: &C, table: EdgeTable, pairs: &[(i64, i64)], for_update: bool) -> Result<Vec<Edge>, DbErr> {
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::get_edges(conn, table, pairs, for_update).await;
+    }
+    // Each pair once (a pair repeated in another chunk would come back twice), in key order.
+    let mut pairs = pairs.to_vec();
+    pairs.sort_unstable();
+    pairs.dedup();
     let mut out = Vec::with_capacity(pairs.len());
-    // A row-value IN list is an OR chain to PostgreSQL's planner: thousands of tuples exceed
-    // its stack depth, so ask in chunks.
+    // A row-value IN list is an OR chain to the planner: thousands of tuples can exceed its
+    // stack depth, so ask in chunks.
     for chunk in pairs.chunks(MAX_TUPLES_PER_QUERY) {
         let mut q = select_edges(table);
         q.and_where(Expr::tuple([Expr::col(Col::FollowerId), Expr::col(Col::FolloweeId)]).in_tuples(chunk.iter().copied()));
@@ -247,6 +257,9 @@ pub const MAX_TUPLES_PER_QUERY: usize = 500;
 pub async fn insert<C: ConnectionTrait>(conn: &C, table: EdgeTable, edges: &[Edge]) -> Result<(), DbErr> {
     if edges.is_empty() {
         return Ok(());
+    }
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::insert_edges(conn, table, edges).await;
     }
     let mut q = Query::insert().into_table(table.name()).columns(COLS).to_owned();
     for e in edges {

@@ -15,6 +15,7 @@ pub mod leader;
 pub mod messages;
 pub mod offsets;
 pub mod outbox;
+mod pg_bulk;
 pub mod restrictions;
 pub mod stale;
 pub mod windows;

@@ -39,13 +39,16 @@ pub struct OutboxRow {
     pub row: NewOutboxRow,
 }
 
-/// Writes rows in one statement.
+/// Writes rows in one statement (on PostgreSQL as arrays, see `pg_bulk`), ids in slice order.
 ///
 /// # Errors
 /// Database errors.
 pub async fn insert<C: ConnectionTrait>(conn: &C, rows: &[NewOutboxRow]) -> Result<(), DbErr> {
     if rows.is_empty() {
         return Ok(());
+    }
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::insert_outbox(conn, rows).await;
     }
     let mut q = Query::insert()
         .into_table(Outbox::Table)
@@ -93,6 +96,9 @@ pub async fn fetch<C: ConnectionTrait>(conn: &C, limit: usize) -> Result<Vec<Out
 pub async fn delete<C: ConnectionTrait>(conn: &C, ids: &[i64]) -> Result<(), DbErr> {
     if ids.is_empty() {
         return Ok(());
+    }
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::ids_execute(conn, "DELETE FROM outbox WHERE id = ANY($1)", ids).await;
     }
     let q = Query::delete().from_table(Outbox::Table).and_where(Expr::col(Outbox::Id).is_in(ids.iter().copied())).to_owned();
     conn.execute(&q).await.map(|_| ())
