@@ -70,29 +70,29 @@ pub async fn add<C: ConnectionTrait>(conn: &C, deltas: &[CountDelta]) -> Result<
 /// # Errors
 /// Database errors.
 pub async fn get_many<C: ConnectionTrait>(conn: &C, users: &[i64]) -> Result<Vec<EdgeCount>, DbErr> {
-    let mut found = std::collections::HashMap::with_capacity(users.len());
-    let chunk_len = if crate::pg_bulk::is_postgres(conn) { users.len().max(1) } else { MAX_TUPLES_PER_QUERY };
-    for chunk in users.chunks(chunk_len) {
-        let rows = if crate::pg_bulk::is_postgres(conn) {
-            const SQL: &str = "SELECT user_id, followings, followers, version FROM edge_count WHERE user_id = ANY($1)";
-            crate::pg_bulk::ids_rows(conn, SQL, chunk).await?
-        } else {
+    let mut rows = Vec::new();
+    if crate::pg_bulk::is_postgres(conn) {
+        const SQL: &str = "SELECT user_id, followings, followers, version FROM edge_count WHERE user_id = ANY($1)";
+        rows = crate::pg_bulk::ids_rows(conn, SQL, users).await?;
+    } else {
+        for chunk in users.chunks(MAX_TUPLES_PER_QUERY) {
             let q = Query::select()
                 .columns(["user_id", "followings", "followers", "version"].map(Alias::new))
                 .from(Alias::new("edge_count"))
                 .and_where(Expr::col(Alias::new("user_id")).is_in(chunk.iter().copied()))
                 .to_owned();
-            conn.query_all(&q).await?
-        };
-        for row in rows {
-            let c = EdgeCount {
-                user_id: row.try_get_by_index(0)?,
-                followings: row.try_get_by_index(1)?,
-                followers: row.try_get_by_index(2)?,
-                version: row.try_get_by_index(3)?,
-            };
-            found.insert(c.user_id, c);
+            rows.extend(conn.query_all(&q).await?);
         }
+    }
+    let mut found = std::collections::HashMap::with_capacity(users.len());
+    for row in rows {
+        let c = EdgeCount {
+            user_id: row.try_get_by_index(0)?,
+            followings: row.try_get_by_index(1)?,
+            followers: row.try_get_by_index(2)?,
+            version: row.try_get_by_index(3)?,
+        };
+        found.insert(c.user_id, c);
     }
     Ok(users.iter().map(|u| found.get(u).copied().unwrap_or(EdgeCount { user_id: *u, ..EdgeCount::default() })).collect())
 }

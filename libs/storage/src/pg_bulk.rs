@@ -9,6 +9,7 @@
 //! connection and planned in microseconds, and no list needs chunking for the planner's stack.
 //! MySQL/MariaDB and SQLite have no array parameters and keep the multi-row forms.
 
+use sea_orm::sea_query::Iden;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use socialgraph_domain::Edge;
 
@@ -19,13 +20,6 @@ use crate::outbox::NewOutboxRow;
 /// Whether `conn` talks to PostgreSQL (and so takes the array forms of this module).
 pub(crate) fn is_postgres<C: ConnectionTrait>(conn: &C) -> bool {
     conn.get_database_backend() == DbBackend::Postgres
-}
-
-fn table_name(table: EdgeTable) -> &'static str {
-    match table {
-        EdgeTable::Following => "following",
-        EdgeTable::Follower => "follower",
-    }
 }
 
 fn pair_arrays(pairs: &[(i64, i64)]) -> Vec<Value> {
@@ -47,7 +41,7 @@ pub(crate) async fn get_edges<C: ConnectionTrait>(conn: &C, table: EdgeTable, pa
     let sql = format!(
         "SELECT t.follower_id, t.followee_id, t.state, t.version, t.followed_at_ms, t.updated_at_ms FROM {} AS t \
          WHERE (t.follower_id, t.followee_id) IN (SELECT f, e FROM unnest($1::int8[], $2::int8[]) AS u(f, e)){}",
-        table_name(table),
+        table.name().to_string(),
         if for_update { " FOR UPDATE OF t" } else { "" }
     );
     query(conn, pairs.len(), &sql, pair_arrays(pairs)).await?.iter().map(edge_from_row).collect()
@@ -65,7 +59,7 @@ pub(crate) async fn insert_edges<C: ConnectionTrait>(conn: &C, table: EdgeTable,
     let sql = format!(
         "INSERT INTO {} (follower_id, followee_id, state, version, followed_at_ms, updated_at_ms) \
          SELECT * FROM unnest($1::int8[], $2::int8[], $3::int2[], $4::int8[], $5::int8[], $6::int8[])",
-        table_name(table)
+        table.name().to_string()
     );
     let column = |f: fn(&Edge) -> i64| -> Value { edges.iter().map(f).collect::<Vec<i64>>().into() };
     let states: Vec<i16> = edges.iter().map(|e| e.state.as_i16()).collect();
