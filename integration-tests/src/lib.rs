@@ -283,10 +283,11 @@ pub async fn projection_replicas_caught_up(replicas: &[&Svc], brokers: &[String]
     for svc in replicas {
         clients.push(svc.projection().await?);
     }
+    let watermarks = socialgraph_testkit::kafka::Watermarks::new(&kafka, topic);
     socialgraph_testkit::eventually(deadline, "the projection to reach the high watermarks", || {
-        let (kafka, clients) = (&kafka, clients.clone());
+        let (watermarks, clients) = (&watermarks, clients.clone());
         async move {
-            let hw = socialgraph_testkit::kafka::high_watermarks(kafka, topic).await?;
+            let hw = watermarks.read().await?;
             let mut applied = std::collections::BTreeMap::new();
             for mut client in clients {
                 let status = client.get_projection_status(GetProjectionStatusRequest {}).await?.into_inner();

@@ -64,15 +64,15 @@ pub async fn counter_caught_up(redis_url: &str, key_prefix: &str, topics: &[&str
 /// Timed out.
 pub async fn counter_caught_up_on(brokers: &[String], redis_url: &str, key_prefix: &str, topics: &[&str], deadline: Duration) -> anyhow::Result<()> {
     let kafka = socialgraph_testkit::kafka::connect(brokers).await?;
-    let redis = redis_url;
+    let watermarks: Vec<_> = topics.iter().map(|t| (*t, socialgraph_testkit::kafka::Watermarks::new(&kafka, t))).collect();
+    let redis = redis_conn(redis_url).await?;
     let key = socialgraph_cache::keys::Keys::new(key_prefix).consumer_offsets("counter");
     socialgraph_testkit::eventually(deadline, "counter-svc to reach the high watermarks", || {
-        let (kafka, redis, key) = (&kafka, &redis, &key);
+        let (watermarks, mut redis, key) = (&watermarks, redis.clone(), &key);
         async move {
-            let mut conn = redis_conn(redis).await?;
-            let stored: std::collections::HashMap<String, i64> = redis::AsyncCommands::hgetall(&mut conn, key).await?;
-            for t in topics {
-                for (p, hw) in socialgraph_testkit::kafka::high_watermarks(kafka, t).await? {
+            let stored: std::collections::HashMap<String, i64> = redis::AsyncCommands::hgetall(&mut redis, key).await?;
+            for (t, w) in watermarks {
+                for (p, hw) in w.read().await? {
                     if hw > 0 && stored.get(&format!("{t}/{p}")) != Some(&hw) {
                         return Ok(None);
                     }

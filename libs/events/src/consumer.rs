@@ -97,8 +97,11 @@ pub type Progress = Arc<RwLock<BTreeMap<(String, i32), PartitionProgress>>>;
 pub struct ConsumerSettings {
     /// Which partitions to consume.
     pub partitions: Assignment,
-    /// Longest time a fetch waits on the broker for data (small: the broker never answers
-    /// early).
+    /// Longest time a fetch waits on the broker for data, in milliseconds. The default, 0, asks
+    /// for whatever is there and lets the idle backoff below do the waiting: the development
+    /// broker (tansu 0.6) never answers a fetch early, holds it for the whole wait even when it
+    /// found records, and runs its fetch queries twice for any wait above 0. Apache Kafka
+    /// answers as soon as records arrive, so 100–500 suits it and saves empty round trips.
     pub max_wait_ms: i32,
     /// Most bytes per fetch.
     pub max_bytes: i32,
@@ -117,7 +120,7 @@ impl Default for ConsumerSettings {
     fn default() -> Self {
         Self {
             partitions: Assignment::All,
-            max_wait_ms: 5,
+            max_wait_ms: 0,
             max_bytes: 4 * 1024 * 1024,
             idle_max_ms: 50,
             deep_idle_after_ms: 10_000,

@@ -1,11 +1,13 @@
 //! The shared test broker and reading topics back.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
-use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::RecordAndOffset;
+use tokio::sync::Mutex;
 
 /// Bootstrap address of the shared test broker.
 pub fn brokers() -> Vec<String> {
@@ -52,18 +54,52 @@ pub async fn read_all(client: &Client, topic: &str) -> anyhow::Result<Vec<(i32, 
     Ok(out)
 }
 
-/// The high watermark of every partition of `topic` (partition → offset of the next record).
+/// The high watermark of every partition of `topic` (partition → offset of the next record),
+/// read once; see [`Watermarks`] for a loop that reads them again and again.
 ///
 /// # Errors
 /// Broker failures.
-pub async fn high_watermarks(client: &Client, topic: &str) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
-    let Some(t) = client.list_topics().await?.into_iter().find(|t| t.name == topic) else {
-        return Ok(Default::default());
-    };
-    let mut out = std::collections::BTreeMap::new();
-    for p in t.partitions {
-        let pc = client.partition_client(topic, p, UnknownTopicHandling::Error).await?;
-        out.insert(p, pc.get_offset(OffsetAt::Latest).await?);
+pub async fn high_watermarks(client: &Client, topic: &str) -> anyhow::Result<BTreeMap<i32, i64>> {
+    Watermarks::new(client, topic).read().await
+}
+
+/// Reads the high watermarks of one topic repeatedly, as a test's wait loop does: the topic's
+/// partitions and their partition clients are looked up on the first read that finds the topic,
+/// so every later read is one ListOffsets request per partition (a fresh lookup per poll was a
+/// Metadata request plus one per partition, every 20 ms, from every waiting test).
+pub struct Watermarks<'a> {
+    client: &'a Client,
+    topic: String,
+    partitions: Mutex<Vec<(i32, PartitionClient)>>,
+}
+
+impl<'a> Watermarks<'a> {
+    /// Watermarks of `topic` on `client`; nothing is asked of the broker until [`Self::read`].
+    pub fn new(client: &'a Client, topic: &str) -> Self {
+        Self { client, topic: topic.to_owned(), partitions: Mutex::new(Vec::new()) }
     }
-    Ok(out)
+
+    /// Partition → high watermark (offset of the next record); empty while the topic does not
+    /// exist yet.
+    ///
+    /// # Errors
+    /// Broker failures.
+    pub async fn read(&self) -> anyhow::Result<BTreeMap<i32, i64>> {
+        let mut partitions = self.partitions.lock().await;
+        if partitions.is_empty() {
+            let Some(t) = self.client.list_topics().await?.into_iter().find(|t| t.name == self.topic) else {
+                return Ok(BTreeMap::new());
+            };
+            let mut found = Vec::new();
+            for p in t.partitions {
+                found.push((p, self.client.partition_client(&self.topic, p, UnknownTopicHandling::Error).await?));
+            }
+            *partitions = found;
+        }
+        let mut out = BTreeMap::new();
+        for (p, pc) in partitions.iter() {
+            out.insert(*p, pc.get_offset(OffsetAt::Latest).await?);
+        }
+        Ok(out)
+    }
 }
