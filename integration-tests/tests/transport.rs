@@ -1,6 +1,7 @@
 //! The transport under every RPC: responses of a few hundred entries over loopback must not
 //! stall on Nagle's algorithm meeting the client's delayed ACK (about 40 ms a call), which
-//! happens when an accepted socket lacks TCP_NODELAY.
+//! happens when an accepted socket lacks TCP_NODELAY; and idle client connections must not keep
+//! a service from stopping.
 
 use std::time::{Duration, Instant};
 
@@ -46,5 +47,34 @@ async fn a_page_of_hundreds_of_entries_answers_without_a_delayed_ack_stall() -> 
         "the fastest page of 400 took {fastest_large:?}, {extra:?} more than a page of 1: accepted sockets need TCP_NODELAY"
     );
     svc.stop().await?;
+    db.drop_db().await
+}
+
+/// Clients a service does not control (a browser's pre-connect, a scraper's pooled keep-alive
+/// connection) may hold its ports open without a request in flight: the stop still ends within
+/// its bounded steps (`server.drain_timeout_ms` each), not whenever the clients let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_client_connections_to_the_admin_and_grpc_ports_do_not_hold_the_stop_open() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let drain = Duration::from_millis(500);
+    let (db, svc, _topic) = relation_on(Backend::Postgres, |c| c.server.drain_timeout_ms = drain.as_millis() as u64).await?;
+    // Connected, nothing sent: a pre-connect to each port.
+    let _silent_admin = tokio::net::TcpStream::connect(svc.admin_addr).await?;
+    let _silent_grpc = tokio::net::TcpStream::connect(svc.addr).await?;
+    // One answered request, then the connection kept alive and idle.
+    let mut kept = tokio::net::TcpStream::connect(svc.admin_addr).await?;
+    kept.write_all(format!("GET /live HTTP/1.1\r\nHost: {}\r\nConnection: keep-alive\r\n\r\n", svc.admin_addr).as_bytes()).await?;
+    let mut answer = [0u8; 256];
+    let n = kept.read(&mut answer).await?;
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"), "the admin port answered /live");
+
+    let started = Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), svc.stop()).await;
+    let took = started.elapsed();
+    println!("stopped in {took:?} with three idle client connections open (drain_timeout_ms {})", drain.as_millis());
+    stopped.map_err(|_| anyhow::anyhow!("relation-svc did not stop within 60 s while idle clients held its ports"))??;
+    // The gRPC drain and six later steps, each bounded by the drain timeout, and slack for a
+    // loaded machine.
+    assert!(took < drain * 7 + Duration::from_secs(5), "the stop took {took:?}");
     db.drop_db().await
 }

@@ -80,7 +80,8 @@ pub struct ServerSettings {
     pub concurrency_limit: usize,
     /// RPCs in flight on one connection.
     pub concurrency_limit_per_connection: usize,
-    /// How long shutdown waits for in-flight RPCs.
+    /// How long shutdown waits for in-flight RPCs, in milliseconds, and then again for each
+    /// later stop step (see [`crate::stop`]).
     pub drain_timeout_ms: u64,
 }
 

@@ -12,6 +12,7 @@ mod error;
 pub mod paging;
 pub mod red;
 pub mod relay;
+pub mod stop;
 pub mod timeout;
 
 use std::net::SocketAddr;

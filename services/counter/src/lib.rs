@@ -24,6 +24,7 @@ use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_server::Readiness;
+use socialgraph_server::stop::join_within;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -117,9 +118,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let routes = routes(Arc::new(backend), config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
-    let _ = consumers.await;
-    let _ = relay_task.await;
-    let _ = admin_task.await;
+    let limit = Duration::from_millis(config.server.drain_timeout_ms);
+    join_within("consumers", limit, consumers).await;
+    join_within("like/fav relay", limit, relay_task).await;
+    join_within("admin server", limit, admin_task).await;
     served
 }
 

@@ -20,12 +20,14 @@ pub mod log;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
 use secrecy::SecretString;
 use socialgraph_events::consumer::Progress;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
+use socialgraph_server::stop::{join_within, within};
 use socialgraph_server::{Readiness, ServerSettings};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -247,7 +249,17 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     );
     loops.cancel();
     streams.cancel();
-    let _ = tokio::join!(projection_loop, content_loop, fanout_loop, counter_loop, admin, forward, account_jobs, hub_task);
-    db.close().await.ok();
+    let limit = Duration::from_millis(settings.drain_timeout_ms);
+    let _ = tokio::join!(
+        join_within("projection consumers", limit, projection_loop),
+        join_within("content consumers", limit, content_loop),
+        join_within("fan-out", limit, fanout_loop),
+        join_within("counter consumers", limit, counter_loop),
+        join_within("admin server", limit, admin),
+        join_within("event forwarding", limit, forward),
+        join_within("account jobs", limit, account_jobs),
+        join_within("subscription hub", limit, hub_task),
+    );
+    within("database pool close", limit, db.close()).await;
     r.and(p).and(c).and(m)
 }

@@ -81,7 +81,10 @@ pub async fn run(config: Config, http: TcpListener, admin: TcpListener, shutdown
     let readiness = socialgraph_server::Readiness::default();
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry.clone(), readiness.clone(), shutdown.clone()));
     serve_http(&config, http, &registry, readiness, shutdown).await?;
-    admin_task.await??;
+    let limit = Duration::from_millis(config.http.drain_timeout_ms);
+    if let Some(served) = socialgraph_server::stop::join_within("admin server", limit, admin_task).await {
+        served?;
+    }
     Ok(())
 }
 

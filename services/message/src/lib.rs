@@ -13,6 +13,7 @@ pub mod service;
 pub mod subscribe;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
@@ -20,6 +21,7 @@ use socialgraph_events::RelayMetrics;
 use socialgraph_proto::message::v1::message_service_server::MessageServiceServer;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_server::Readiness;
+use socialgraph_server::stop::{join_within, within};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -77,11 +79,12 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let served = socialgraph_server::serve_grpc(routes(messages, hub), grpc, serving, shutdown).await;
     loops.cancel();
     streams.cancel();
-    let _ = hub_task.await;
+    let limit = Duration::from_millis(config.server.drain_timeout_ms);
+    join_within("subscription hub", limit, hub_task).await;
     if let Some(relay) = relay {
-        let _ = relay.await;
+        join_within("relay", limit, relay).await;
     }
-    let _ = admin_task.await;
-    db.close().await.ok();
+    join_within("admin server", limit, admin_task).await;
+    within("database pool close", limit, db.close()).await;
     served
 }

@@ -20,6 +20,7 @@ use socialgraph_events::consumer::{Progress, run_partition};
 use socialgraph_proto::projection::v1::projection_service_server::ProjectionServiceServer;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_server::Readiness;
+use socialgraph_server::stop::{join_within, within};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -167,12 +168,13 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let routes = parts.routes(config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
-    let _ = consumers.await;
+    let limit = Duration::from_millis(config.server.drain_timeout_ms);
+    join_within("consumers", limit, consumers).await;
     if let Some(drain) = drain {
-        let _ = drain.await;
+        join_within("stale cache drain", limit, drain).await;
     }
-    let _ = admin_task.await;
-    db.close().await.ok();
+    join_within("admin server", limit, admin_task).await;
+    within("database pool close", limit, db.close()).await;
     served
 }
 

@@ -22,6 +22,7 @@ use sea_orm_migration::MigratorTrait;
 use socialgraph_events::RelayMetrics;
 use socialgraph_proto::relation::v1::relation_service_server::RelationServiceServer;
 use socialgraph_server::Readiness;
+use socialgraph_server::stop::{join_within, within};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -115,14 +116,15 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let routes = routes(relations, config.auth.admin_token.clone());
     let served = socialgraph_server::serve_grpc(routes, grpc, serving, shutdown).await;
     loops.cancel();
+    let limit = Duration::from_millis(config.server.drain_timeout_ms);
     if let Some(relay) = relay {
-        let _ = relay.await;
+        join_within("relay", limit, relay).await;
     }
-    let _ = jobs.await;
+    join_within("account jobs", limit, jobs).await;
     if let Some(drain) = drain {
-        let _ = drain.await;
+        join_within("stale cache drain", limit, drain).await;
     }
-    let _ = admin_task.await;
-    db.close().await.ok();
+    join_within("admin server", limit, admin_task).await;
+    within("database pool close", limit, db.close()).await;
     served
 }
