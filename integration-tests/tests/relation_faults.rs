@@ -174,3 +174,70 @@ async fn a_new_relay_leader_skips_what_its_predecessor_published_on_postgres() -
 async fn a_new_relay_leader_skips_what_its_predecessor_published_on_mariadb() -> anyhow::Result<()> {
     a_new_leader_skips_rows_its_predecessor_published(Backend::MariaDb).await
 }
+
+/// Outbox ids are taken at insert and committed in any order: a row can become visible after
+/// rows with higher ids were published (its writer committed late). A new leader must publish
+/// it, not take it for published because a higher id is on its partition (which lost the
+/// event of a committed follow under kills and contention, and every view under it drifted).
+/// A row whose id matches a published record but whose content differs (an outbox that
+/// restarted its ids) is published too.
+async fn a_new_leader_publishes_a_row_committed_below_the_published_ids(backend: Backend) -> anyhow::Result<()> {
+    use sea_orm::sea_query::{Alias, Query};
+    let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
+    let mut c = svc.client().await?;
+    for i in 0..30_i64 {
+        c.follow(FollowRequest { follower_id: 1 + i % 3, followee_id: 100 + i }).await?;
+    }
+    outbox_drained(&db, Duration::from_secs(60)).await?;
+    svc.stop().await?;
+    let client = kafka::connect(&kafka::brokers()).await?;
+    let published = kafka::read_all(&client, &topic).await?;
+    let outbox_id =
+        |r: &rskafka::record::RecordAndOffset| -> i64 { String::from_utf8_lossy(&r.record.headers["outbox-id"]).parse().expect("outbox-id") };
+    let max_id = published.iter().map(|(_, r)| outbox_id(r)).max().expect("published");
+    // Late: an id below every published one of its key's partition, never published. Reused: a
+    // published id with other content.
+    let event = |n: i64| RelationEvent { event_id: format!("late-{n}"), follower_id: 1, followee_id: 900 + n, ..Default::default() }.encode_to_vec();
+    let mut insert = Query::insert()
+        .into_table(Alias::new("outbox"))
+        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
+        .to_owned();
+    insert.values_panic([(max_id + 50).into(), topic.clone().into(), 1i64.into(), event(0).into(), String::new().into(), 0i64.into()]);
+    sea_orm::ConnectionTrait::execute(&db.conn, &insert).await?;
+    // Published by a relay that then dies: the tail of partition of key 1 now holds max_id + 50.
+    let svc = spawn_relation(relation_config(&db.url, &topic)).await?;
+    outbox_drained(&db, Duration::from_secs(60)).await?;
+    svc.stop().await?;
+    let mut late = Query::insert()
+        .into_table(Alias::new("outbox"))
+        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
+        .to_owned();
+    late.values_panic([(max_id + 10).into(), topic.clone().into(), 1i64.into(), event(1).into(), String::new().into(), 0i64.into()]);
+    late.values_panic([(max_id + 50).into(), topic.clone().into(), 1i64.into(), event(2).into(), String::new().into(), 0i64.into()]);
+    sea_orm::ConnectionTrait::execute(&db.conn, &late).await?;
+
+    let svc = spawn_relation(relation_config(&db.url, &topic)).await?;
+    outbox_drained(&db, Duration::from_secs(60)).await?;
+    let events: Vec<String> = kafka::read_all(&client, &topic)
+        .await?
+        .iter()
+        .map(|(_, r)| RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()).map(|e| e.event_id))
+        .collect::<Result<_, _>>()?;
+    for id in ["late-0", "late-1", "late-2"] {
+        assert_eq!(events.iter().filter(|e| *e == id).count(), 1, "{id} published once: {events:?}");
+    }
+    assert_eq!(events.len(), 33, "the 30 follows and the three rows, each once");
+    assert_eq!(metric(&svc.metrics().await?, "sg_relay_already_published_total"), 0.0);
+    svc.stop().await?;
+    db.drop_db().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_relay_leader_publishes_a_row_committed_below_the_published_ids_on_postgres() -> anyhow::Result<()> {
+    a_new_leader_publishes_a_row_committed_below_the_published_ids(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_relay_leader_publishes_a_row_committed_below_the_published_ids_on_mariadb() -> anyhow::Result<()> {
+    a_new_leader_publishes_a_row_committed_below_the_published_ids(Backend::MariaDb).await
+}

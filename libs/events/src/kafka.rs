@@ -122,19 +122,30 @@ impl Producer {
         Ok(n)
     }
 
-    /// The value of header `name` on the last record of `topic`/`partition` (`None` when the
-    /// partition is empty or the record has no such header).
+    /// The last `count` records of `topic`/`partition` (fewer when the partition holds fewer),
+    /// in offset order.
     ///
     /// # Errors
     /// The broker could not be reached.
-    pub async fn last_header(&self, topic: &str, partition: i32, name: &str) -> Result<Option<Vec<u8>>, KafkaError> {
+    pub async fn tail(&self, topic: &str, partition: i32, count: usize) -> Result<Vec<rskafka::record::Record>, KafkaError> {
+        use rskafka::client::partition::OffsetAt;
         let pc = self.partition_client(topic, partition).await?;
-        let end = pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?;
-        if end <= 0 {
-            return Ok(None);
+        let earliest = pc.get_offset(OffsetAt::Earliest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?;
+        let end = pc.get_offset(OffsetAt::Latest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?;
+        let mut next = (end - i64::try_from(count).unwrap_or(i64::MAX)).max(earliest);
+        let mut out = Vec::new();
+        while next < end {
+            let (records, _) = pc.fetch_records(next, 1..4_000_000, 0).await.map_err(kerr(format!("fetch {topic}/{partition}")))?;
+            let before = next;
+            for r in records.into_iter().filter(|r| r.offset >= before && r.offset < end) {
+                next = r.offset + 1;
+                out.push(r.record);
+            }
+            if next == before {
+                break;
+            }
         }
-        let (records, _) = pc.fetch_records(end - 1, 1..4_000_000, 0).await.map_err(kerr(format!("fetch {topic}/{partition}")))?;
-        Ok(records.into_iter().filter(|r| r.offset == end - 1).find_map(|r| r.record.headers.get(name).cloned()))
+        Ok(out)
     }
 
     async fn partition_client(&self, topic: &str, partition: i32) -> Result<Arc<PartitionClient>, KafkaError> {
@@ -222,24 +233,36 @@ impl EventSink for KafkaSink {
         PublishOutcome { acked: rows.iter().zip(acked).filter(|(_, a)| *a).map(|(r, _)| r.id).collect(), error }
     }
 
-    /// Reads the `outbox-id` header of the last record of each partition the rows map to: a row
-    /// at or below it on its partition was published (the relay publishes each partition's rows
-    /// in id order and waits for the acknowledgement before the next batch).
+    /// Reads the last `rows.len()` records of each partition the rows map to and returns the
+    /// rows found there as they were published: same `outbox-id` header, key and value. The
+    /// rows a dead leader published and did not delete are the tail of its last batch, so a
+    /// window of one batch finds them; a row missed is merely published again.
+    ///
+    /// Membership, not order: outbox ids are taken when a transaction inserts its row, not when
+    /// it commits, so a row with a lower id can become visible after higher ids were published
+    /// (two writers committing out of id order). Treating every row at or below the last
+    /// published id as published deleted such a row unpublished: the edge changed and its
+    /// event was lost, and every view under it drifted for good. Comparing key and value as
+    /// well keeps an outbox that restarted its ids (a restored database) from matching old
+    /// records.
     async fn already_published(&self, rows: &[OutboxRow]) -> Result<Vec<i64>, KafkaError> {
-        let mut last: BTreeMap<(String, i32), Option<i64>> = BTreeMap::new();
         let mut placed = Vec::with_capacity(rows.len());
+        let mut tails: BTreeMap<(String, i32), Vec<rskafka::record::Record>> = BTreeMap::new();
         for r in rows {
             let n = self.producer.topic_partitions(&r.row.topic).await?;
-            let p = crate::kafka_partition(&r.row.partition_key.to_be_bytes(), n);
-            let key = (r.row.topic.clone(), p);
-            if !last.contains_key(&key) {
-                let header = self.producer.last_header(&key.0, p, crate::headers::OUTBOX_ID).await?;
-                let id = header.and_then(|h| String::from_utf8(h).ok()).and_then(|s| s.parse::<i64>().ok());
-                last.insert(key.clone(), id);
+            let key = (r.row.topic.clone(), crate::kafka_partition(&r.row.partition_key.to_be_bytes(), n));
+            if !tails.contains_key(&key) {
+                let tail = self.producer.tail(&key.0, key.1, rows.len()).await?;
+                tails.insert(key.clone(), tail);
             }
-            placed.push((r.id, key));
+            placed.push((r, key));
         }
-        Ok(placed.into_iter().filter(|(id, key)| last[key].is_some_and(|max| *id <= max)).map(|(id, _)| id).collect())
+        let published = |r: &OutboxRow, record: &rskafka::record::Record| {
+            record.headers.get(crate::headers::OUTBOX_ID).is_some_and(|id| *id == r.id.to_string().into_bytes())
+                && record.key.as_deref() == Some(&r.row.partition_key.to_be_bytes()[..])
+                && record.value.as_deref() == Some(&r.row.payload[..])
+        };
+        Ok(placed.into_iter().filter(|(r, key)| tails[key].iter().any(|record| published(r, record))).map(|(r, _)| r.id).collect())
     }
 }
 
