@@ -173,8 +173,36 @@ pub async fn assert_model(model: &Model, db: &TestDb, c: &mut CounterServiceClie
     let want = model.users(db, users).await?;
     let got = served_users(c, users).await?;
     let wrong: Vec<_> = users.iter().filter(|u| want[u] != got[u]).map(|u| (u, want[u], got[u])).collect();
-    assert!(wrong.is_empty(), "{} users off (user, want, got): {:?}", wrong.len(), &wrong[..wrong.len().min(10)]);
+    if !wrong.is_empty() {
+        let off: Vec<i64> = wrong.iter().map(|(u, _, _)| **u).collect();
+        panic!("{} users off (user, want, got): {:?}\n{}", wrong.len(), &wrong[..wrong.len().min(10)], layers(db, &off).await?);
+    }
     let entities: Vec<i64> = model.owner.keys().copied().collect();
     assert_eq!(served_entities(c, &entities).await?, model.entity_counts(), "entity counts equal the facts");
     Ok(())
+}
+
+/// Where the follow counts of `users` stand in each layer under the counters, to tell which one
+/// drifted: the projection's `edge_count` rows (with their versions), the counts its follower
+/// table implies, and the edges of these users whose follower row differs from the following
+/// row (state, version).
+async fn layers(db: &TestDb, users: &[i64]) -> anyhow::Result<String> {
+    let (following, follower) = crate::both_tables(db).await?;
+    let rows = socialgraph_storage::counts::get_many(&db.conn, users).await?;
+    let mut out = String::new();
+    for (u, row) in users.iter().zip(rows) {
+        let projected = |e: &&socialgraph_domain::Edge| e.state.as_i16() == 1;
+        let fi = follower.iter().filter(projected).filter(|e| e.follower_id == *u).count();
+        let fr = follower.iter().filter(projected).filter(|e| e.followee_id == *u).count();
+        out.push_str(&format!("user {u}: edge_count ({}, {}) version {}; follower table ({fi}, {fr})\n", row.followings, row.followers, row.version));
+    }
+    let key = |e: &socialgraph_domain::Edge| (e.follower_id, e.followee_id);
+    let projected: HashMap<(i64, i64), &socialgraph_domain::Edge> = follower.iter().map(|e| (key(e), e)).collect();
+    for e in following.iter().filter(|e| users.contains(&e.follower_id) || users.contains(&e.followee_id)) {
+        let p = projected.get(&key(e));
+        if p.is_none_or(|p| p.state != e.state || p.version != e.version) {
+            out.push_str(&format!("edge {:?}: following {:?} v{}, follower {:?}\n", key(e), e.state, e.version, p.map(|p| (p.state, p.version))));
+        }
+    }
+    Ok(out)
 }
