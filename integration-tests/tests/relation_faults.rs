@@ -107,11 +107,25 @@ async fn killing_the_broker_during_a_workload_loses_no_event() -> anyhow::Result
     db.drop_db().await
 }
 
+/// Writes outbox rows `(id, partition_key, payload, headers)` of `topic` under their own ids, as
+/// a writer (or a dead leader's unfinished batch) would have left them.
+async fn put_outbox_rows(db: &TestDb, topic: &str, rows: &[(i64, i64, Vec<u8>, String)]) -> anyhow::Result<()> {
+    use sea_orm::sea_query::{Alias, Query};
+    let mut insert = Query::insert()
+        .into_table(Alias::new("outbox"))
+        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
+        .to_owned();
+    for (id, key, payload, headers) in rows {
+        insert.values_panic([(*id).into(), topic.into(), (*key).into(), payload.clone().into(), headers.clone().into(), 0i64.into()]);
+    }
+    sea_orm::ConnectionTrait::execute(&db.conn, &insert).await?;
+    Ok(())
+}
+
 /// A leader that died after the broker acknowledged its last batch and before deleting it
 /// leaves those rows in the outbox; the next leader must find them published and delete them
 /// instead of publishing them again.
 async fn a_new_leader_skips_rows_its_predecessor_published(backend: Backend) -> anyhow::Result<()> {
-    use sea_orm::sea_query::{Alias, Query};
     let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
     let mut c = svc.client().await?;
     for i in 0..50_i64 {
@@ -138,14 +152,7 @@ async fn a_new_leader_skips_rows_its_predecessor_published(backend: Backend) -> 
         })
         .collect();
     rows.sort_by_key(|r| r.0);
-    let mut insert = Query::insert()
-        .into_table(Alias::new("outbox"))
-        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
-        .to_owned();
-    for (id, key, payload, headers) in &rows[rows.len() - 20..] {
-        insert.values_panic([(*id).into(), topic.clone().into(), (*key).into(), payload.clone().into(), headers.clone().into(), 0i64.into()]);
-    }
-    sea_orm::ConnectionTrait::execute(&db.conn, &insert).await?;
+    put_outbox_rows(&db, &topic, &rows[rows.len() - 20..]).await?;
 
     let svc = spawn_relation(relation_config(&db.url, &topic)).await?;
     let mut c = svc.client().await?;
@@ -182,7 +189,6 @@ async fn a_new_relay_leader_skips_what_its_predecessor_published_on_mariadb() ->
 /// A row whose id matches a published record but whose content differs (an outbox that
 /// restarted its ids) is published too.
 async fn a_new_leader_publishes_a_row_committed_below_the_published_ids(backend: Backend) -> anyhow::Result<()> {
-    use sea_orm::sea_query::{Alias, Query};
     let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
     let mut c = svc.client().await?;
     for i in 0..30_i64 {
@@ -198,23 +204,12 @@ async fn a_new_leader_publishes_a_row_committed_below_the_published_ids(backend:
     // Late: an id below every published one of its key's partition, never published. Reused: a
     // published id with other content.
     let event = |n: i64| RelationEvent { event_id: format!("late-{n}"), follower_id: 1, followee_id: 900 + n, ..Default::default() }.encode_to_vec();
-    let mut insert = Query::insert()
-        .into_table(Alias::new("outbox"))
-        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
-        .to_owned();
-    insert.values_panic([(max_id + 50).into(), topic.clone().into(), 1i64.into(), event(0).into(), String::new().into(), 0i64.into()]);
-    sea_orm::ConnectionTrait::execute(&db.conn, &insert).await?;
+    put_outbox_rows(&db, &topic, &[(max_id + 50, 1, event(0), String::new())]).await?;
     // Published by a relay that then dies: the tail of partition of key 1 now holds max_id + 50.
     let svc = spawn_relation(relation_config(&db.url, &topic)).await?;
     outbox_drained(&db, Duration::from_secs(60)).await?;
     svc.stop().await?;
-    let mut late = Query::insert()
-        .into_table(Alias::new("outbox"))
-        .columns(["id", "topic", "partition_key", "payload", "headers", "created_at_ms"].map(Alias::new))
-        .to_owned();
-    late.values_panic([(max_id + 10).into(), topic.clone().into(), 1i64.into(), event(1).into(), String::new().into(), 0i64.into()]);
-    late.values_panic([(max_id + 50).into(), topic.clone().into(), 1i64.into(), event(2).into(), String::new().into(), 0i64.into()]);
-    sea_orm::ConnectionTrait::execute(&db.conn, &late).await?;
+    put_outbox_rows(&db, &topic, &[(max_id + 10, 1, event(1), String::new()), (max_id + 50, 1, event(2), String::new())]).await?;
 
     let svc = spawn_relation(relation_config(&db.url, &topic)).await?;
     outbox_drained(&db, Duration::from_secs(60)).await?;
