@@ -107,6 +107,31 @@ async fn killing_the_broker_during_a_workload_loses_no_event() -> anyhow::Result
     db.drop_db().await
 }
 
+/// relation-svc on a fresh database of `backend` with `count` follows (from `followers`
+/// accounts) written, published and drained, then stopped (releasing the relay lead): the
+/// database, the topic, a broker client and every published record.
+async fn follows_published(
+    backend: Backend,
+    count: i64,
+    followers: i64,
+) -> anyhow::Result<(TestDb, String, rskafka::client::Client, Vec<(i32, rskafka::record::RecordAndOffset)>)> {
+    let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
+    let mut c = svc.client().await?;
+    for i in 0..count {
+        c.follow(FollowRequest { follower_id: 1 + i % followers, followee_id: 100 + i }).await?;
+    }
+    outbox_drained(&db, Duration::from_secs(60)).await?;
+    svc.stop().await?;
+    let client = kafka::connect(&kafka::brokers()).await?;
+    let published = kafka::read_all(&client, &topic).await?;
+    Ok((db, topic, client, published))
+}
+
+/// The `outbox-id` header of a published record.
+fn outbox_id(r: &rskafka::record::RecordAndOffset) -> i64 {
+    String::from_utf8_lossy(&r.record.headers["outbox-id"]).parse().expect("outbox-id header")
+}
+
 /// Writes outbox rows `(id, partition_key, payload, headers)` of `topic` under their own ids, as
 /// a writer (or a dead leader's unfinished batch) would have left them.
 async fn put_outbox_rows(db: &TestDb, topic: &str, rows: &[(i64, i64, Vec<u8>, String)]) -> anyhow::Result<()> {
@@ -126,20 +151,12 @@ async fn put_outbox_rows(db: &TestDb, topic: &str, rows: &[(i64, i64, Vec<u8>, S
 /// leaves those rows in the outbox; the next leader must find them published and delete them
 /// instead of publishing them again.
 async fn a_new_leader_skips_rows_its_predecessor_published(backend: Backend) -> anyhow::Result<()> {
-    let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
-    let mut c = svc.client().await?;
-    for i in 0..50_i64 {
-        c.follow(FollowRequest { follower_id: 1 + i % 9, followee_id: 100 + i }).await?;
-    }
-    outbox_drained(&db, Duration::from_secs(60)).await?;
-    svc.stop().await?;
+    let (db, topic, client, published) = follows_published(backend, 50, 9).await?;
     // The last 20 published records back in the outbox under their own ids.
-    let client = kafka::connect(&kafka::brokers()).await?;
-    let published = kafka::read_all(&client, &topic).await?;
     let mut rows: Vec<(i64, i64, Vec<u8>, String)> = published
         .iter()
         .map(|(_, r)| {
-            let id: i64 = String::from_utf8_lossy(&r.record.headers["outbox-id"]).parse().expect("outbox-id header");
+            let id = outbox_id(r);
             let key = i64::from_be_bytes(r.record.key.as_deref().unwrap_or_default().try_into().expect("8-byte key"));
             let headers = r
                 .record
@@ -189,17 +206,7 @@ async fn a_new_relay_leader_skips_what_its_predecessor_published_on_mariadb() ->
 /// A row whose id matches a published record but whose content differs (an outbox that
 /// restarted its ids) is published too.
 async fn a_new_leader_publishes_a_row_committed_below_the_published_ids(backend: Backend) -> anyhow::Result<()> {
-    let (db, svc, topic) = socialgraph_integration_tests::relation_on(backend, |_| {}).await?;
-    let mut c = svc.client().await?;
-    for i in 0..30_i64 {
-        c.follow(FollowRequest { follower_id: 1 + i % 3, followee_id: 100 + i }).await?;
-    }
-    outbox_drained(&db, Duration::from_secs(60)).await?;
-    svc.stop().await?;
-    let client = kafka::connect(&kafka::brokers()).await?;
-    let published = kafka::read_all(&client, &topic).await?;
-    let outbox_id =
-        |r: &rskafka::record::RecordAndOffset| -> i64 { String::from_utf8_lossy(&r.record.headers["outbox-id"]).parse().expect("outbox-id") };
+    let (db, topic, client, published) = follows_published(backend, 30, 3).await?;
     let max_id = published.iter().map(|(_, r)| outbox_id(r)).max().expect("published");
     // Late: an id below every published one of its key's partition, never published. Reused: a
     // published id with other content.

@@ -257,12 +257,15 @@ impl EventSink for KafkaSink {
             }
             placed.push((r, key));
         }
-        let published = |r: &OutboxRow, record: &rskafka::record::Record| {
-            record.headers.get(crate::headers::OUTBOX_ID).is_some_and(|id| *id == r.id.to_string().into_bytes())
-                && record.key.as_deref() == Some(&r.row.partition_key.to_be_bytes()[..])
-                && record.value.as_deref() == Some(&r.row.payload[..])
+        let published = |r: &OutboxRow, key: &(String, i32)| {
+            let (id, record_key) = (r.id.to_string(), r.row.partition_key.to_be_bytes());
+            tails[key].iter().any(|record| {
+                record.headers.get(crate::headers::OUTBOX_ID).is_some_and(|h| h == id.as_bytes())
+                    && record.key.as_deref() == Some(&record_key[..])
+                    && record.value.as_deref() == Some(&r.row.payload[..])
+            })
         };
-        Ok(placed.into_iter().filter(|(r, key)| tails[key].iter().any(|record| published(r, record))).map(|(r, _)| r.id).collect())
+        Ok(placed.into_iter().filter(|(r, key)| published(r, key)).map(|(r, _)| r.id).collect())
     }
 }
 

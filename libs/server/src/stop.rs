@@ -4,9 +4,8 @@
 //! (consumers, relays, jobs, cache drains) finish the batch in hand, the admin server closes its
 //! connections and the database pool closes. Each of those later steps waits at most the same
 //! `drain_timeout_ms`; a step past it is logged with its name and given up, so one stuck step
-//! (an idle HTTP client keeping the admin port's graceful shutdown open, a database connection
-//! still checked out, so that the pool's close waits for it) cannot keep the process from
-//! exiting. Giving a step up loses nothing stored: consumers commit their offsets with each
+//! (a consumer waiting on a peer, a database connection still checked out, so that the pool's
+//! close waits for it) cannot keep the process from exiting. Giving a step up loses nothing stored: consumers commit their offsets with each
 //! batch and the relays delete outbox rows only after the broker acknowledged them.
 
 use std::future::Future;
