@@ -382,14 +382,32 @@ async fn follows_racing_deactivation(backend: Backend) -> anyhow::Result<()> {
         }));
     }
     let mut c = relation.client().await?;
-    let mut violations = Vec::new();
+    let (mut violations, mut layers) = (Vec::new(), Vec::new());
     for cycle in 0..CYCLES {
         set_status(&mut c, TARGET, AccountStatus::Active, false).await?;
         tokio::time::sleep(Duration::from_millis(30)).await;
         set_status(&mut c, TARGET, AccountStatus::Deactivated, false).await?;
         jobs_done(&c, &[TARGET]).await?;
         let rel = c.batch_get_relationships(BatchGetRelationshipsRequest { user_id: TARGET, other_user_ids: (2..=9).collect() }).await?.into_inner();
-        violations.extend(rel.relationships.iter().filter(|r| r.following || r.followed_by).map(|r| (cycle, r.other_user_id)));
+        let standing: Vec<_> = rel.relationships.iter().filter(|r| r.following || r.followed_by).map(|r| (cycle, r.other_user_id)).collect();
+        if !standing.is_empty() {
+            let answered: Vec<_> = rel.relationships.iter().map(|r| (r.other_user_id, r.following, r.followed_by)).collect();
+            // Which layer: the `following` table itself, or the cache it was answered from.
+            let sql =
+                format!("SELECT follower_id, followee_id, state, version FROM following WHERE follower_id = {TARGET} OR followee_id = {TARGET}");
+            let rows = db.conn.query_all_raw(Statement::from_string(db.conn.get_database_backend(), sql)).await?;
+            let rows: Vec<(i64, i64, i16, i64)> = rows
+                .iter()
+                .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?, r.try_get_by_index(2)?, r.try_get_by_index(3)?)))
+                .collect::<Result<_, sea_orm::DbErr>>()?;
+            let text = relation.metrics().await?;
+            let failed = metric_sum(&text, "sg_cache_writes_total", "result=\"failed\"") as i64;
+            layers.push(format!(
+                "cycle {cycle}: answered (other, following, followed_by) {answered:?}; table rows (follower, followee, state, version) {rows:?}; \
+                 failed cache write-throughs {failed}"
+            ));
+        }
+        violations.extend(standing);
     }
     stop.cancel();
     let mut attempts = 0;
@@ -397,7 +415,7 @@ async fn follows_racing_deactivation(backend: Backend) -> anyhow::Result<()> {
         attempts += t.await??;
     }
     assert!(attempts > 100, "the callers kept following ({attempts})");
-    assert_eq!(violations, vec![], "(cycle, user) with an edge standing after the hide job finished");
+    assert_eq!(violations, vec![], "(cycle, user) with an edge standing after the hide job finished; {layers:?}");
     relation.stop().await?;
     db.drop_db().await
 }
