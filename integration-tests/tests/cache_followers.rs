@@ -1,7 +1,8 @@
 //! A very large account (50,000 followers from ImportFollows) in a running mesh: follower pages
 //! inside the cached window come from the cache, pages past it are rate limited with
 //! RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED` and RetryInfo, and BatchCheckFollowers over candidates
-//! inside and outside the window equals the database, before and after changes.
+//! inside and outside the window equals the database, before and after changes. With
+//! `cache.fill_after_misses` 2, a list read once stays uncached and its second miss fills it.
 
 use std::time::Duration;
 
@@ -326,5 +327,41 @@ async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_th
     let (pages_common, pages_familiar) = (2 * sevens.len().div_ceil(5), elevens.len().div_ceil(4));
     assert!(grew("cache=\"following\",result=\"hit\",rpc=\"ListCommonFollowing\"") >= (2 * pages_common) as f64, "both sides from the cache");
     assert!(grew("cache=\"followers\",result=\"hit\",rpc=\"ListFamiliarFollowers\"") >= pages_familiar as f64, "the follower list from the cache");
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_fill_after_misses_2_a_list_read_once_stays_uncached_and_its_second_miss_fills_it() -> anyhow::Result<()> {
+    let m = Mesh::start_tuned(Backend::Postgres, &redis_url(), &kafka::brokers(), |c| c.fill_after_misses = 2).await?;
+    let mut c = m.relation.client().await?;
+    for f in 2..=4 {
+        c.follow(FollowRequest { follower_id: f, followee_id: 1 }).await?;
+    }
+    m.settle(SETTLE).await?;
+    let mut p = m.projection.projection().await?;
+    let cache = cache_settings(&m.topics.relation);
+    // The first miss of each list is answered from the database and only counted; the second
+    // is answered alike and fills the list.
+    for round in ["first", "second"] {
+        let r = p.list_followers(pp::ListFollowersRequest { user_id: 1, page_size: 10, ..Default::default() }).await?.into_inner();
+        assert_eq!(r.followers.iter().map(|e| e.user_id).collect::<Vec<_>>(), vec![4, 3, 2], "the {round} read of the followers");
+        let r = c.list_following(ListFollowingRequest { user_id: 2, page_size: 10, page_token: String::new() }).await?.into_inner();
+        assert_eq!(r.following.iter().map(|e| e.user_id).collect::<Vec<_>>(), vec![1], "the {round} read of the following list");
+        if round == "first" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(cached_list(&cache.url, &cache.key_prefix, false, 1).await?.is_none(), "a follower window read once is not filled");
+            assert!(cached_list(&cache.url, &cache.key_prefix, true, 2).await?.is_none(), "a following list read once is not filled");
+            let deferred = |t: &str, cache: &str| metric_sum(t, "sg_cache_fills_total", &format!("cache=\"{cache}\",result=\"deferred\""));
+            assert_eq!(deferred(&m.projection.metrics().await?, "followers"), 1.0, "the follower window's first miss is counted");
+            assert_eq!(deferred(&m.relation.metrics().await?, "following"), 1.0, "the following list's first miss is counted");
+        }
+    }
+    for (following, user, want) in [(false, 1, vec![4, 3, 2]), (true, 2, vec![1])] {
+        let filled = socialgraph_testkit::eventually(Duration::from_secs(10), "the list to be filled on its second miss", || async {
+            cached_list(&cache.url, &cache.key_prefix, following, user).await
+        })
+        .await?;
+        assert_eq!(filled.entries.iter().map(|e| e.0).collect::<Vec<_>>(), want, "the filled list equals the table");
+    }
     m.stop().await
 }

@@ -205,6 +205,14 @@ pub struct CacheSettings {
     /// Longest an instance serves a follower page from its memory (ms): the local caches'
     /// staleness bound.
     pub hot_staleness_ms: u64,
+    /// Background list fills one instance runs at once per cache (following lists in
+    /// relation-svc, follower windows in projection-svc); a miss while every slot is taken
+    /// starts none, and a later miss tries again.
+    pub fill_slots: usize,
+    /// Which miss of a list, counted per instance within 60 s, starts its fill: 1, the first;
+    /// 2 leaves a list read only once uncached, so that cold read costs the database one page
+    /// query and not also a read of the whole list.
+    pub fill_after_misses: u32,
 }
 
 impl Default for CacheSettings {
@@ -222,11 +230,19 @@ impl Default for CacheSettings {
             deep_pages_per_sec: 50,
             hot_reads_per_sec: 50,
             hot_staleness_ms: 1000,
+            fill_slots: socialgraph_cache::lists::FILL_SLOTS,
+            fill_after_misses: 1,
         }
     }
 }
 
 impl CacheSettings {
+    /// The fill slots of one list cache of one instance: `fill_slots` at once, each list
+    /// filled from its `fill_after_misses`-th miss.
+    pub fn fill_slots(&self) -> socialgraph_cache::lists::FillSlots {
+        socialgraph_cache::lists::FillSlots::admitting(self.fill_slots, self.fill_after_misses)
+    }
+
     /// The list caches of these settings over one pool; `None` when `url` is empty.
     ///
     /// # Errors

@@ -88,8 +88,16 @@ pub struct Caches {
 
 impl Caches {
     /// The caches kept from `consumer`'s batches of `topic`, with `deep_pages_per_sec` deep
-    /// pages a second (a burst of as many).
-    pub fn new(lists: ListCaches, hot: crate::hot::Hot, consumer: &str, topic: &str, deep_pages_per_sec: u32, metrics: CacheMetrics) -> Self {
+    /// pages a second (a burst of as many) and the follower windows' `fills`.
+    pub fn new(
+        lists: ListCaches,
+        hot: crate::hot::Hot,
+        consumer: &str,
+        topic: &str,
+        deep_pages_per_sec: u32,
+        fills: FillSlots,
+        metrics: CacheMetrics,
+    ) -> Self {
         let rate = NonZeroU32::new(deep_pages_per_sec).unwrap_or(NonZeroU32::MIN);
         Self {
             lists,
@@ -98,7 +106,7 @@ impl Caches {
             position: (consumer.to_owned(), topic.to_owned()),
             applied_key: format!("{consumer}/{topic}"),
             deep_pages: RateLimiter::direct(Quota::per_second(rate)),
-            fills: FillSlots::default(),
+            fills,
         }
     }
 
@@ -252,7 +260,13 @@ impl Caches {
     /// Starts filling `user_id`'s follower window in the background when a fill slot is free
     /// ([`FillSlots::try_start`]).
     fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64) {
-        let Some(slot) = self.fills.try_start(user_id) else { return };
+        let slot = match self.fills.try_start(user_id) {
+            Ok(slot) => slot,
+            Err(not) => {
+                self.metrics.fills.with_label_values(&["followers", not.label()]).inc();
+                return;
+            }
+        };
         let (this, db) = (Arc::clone(self), db.clone());
         tokio::spawn(async move {
             let _slot = slot;

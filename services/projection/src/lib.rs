@@ -94,7 +94,8 @@ pub fn build(
             posts_cache = Some(Arc::new(posts));
             let (consumer, topic) = (&config.database.consumer_name, &config.kafka.relation_topic);
             let hot = hot::Hot::new(config.cache.hot_reads_per_sec, Duration::from_millis(config.cache.hot_staleness_ms));
-            Some(Arc::new(cache::Caches::new(lists, hot, consumer, topic, config.cache.deep_pages_per_sec, metrics)))
+            let fills = config.cache.fill_slots();
+            Some(Arc::new(cache::Caches::new(lists, hot, consumer, topic, config.cache.deep_pages_per_sec, fills, metrics)))
         }
         None => None,
     };

@@ -69,14 +69,14 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// The caches `lists` with their limits and metrics.
-    pub fn new(lists: socialgraph_cache::lists::ListCaches, metrics: CacheMetrics) -> Self {
+    /// The caches `lists` with their limits, the following lists' `fills` and metrics.
+    pub fn new(lists: socialgraph_cache::lists::ListCaches, fills: FillSlots, metrics: CacheMetrics) -> Self {
         Self {
             following: lists.following.clone(),
             followers: lists.followers.clone(),
             restrictions: lists.restrictions.clone(),
             metrics,
-            fills: FillSlots::default(),
+            fills,
             restriction_fills: FillSlots::default(),
             all: lists,
         }
@@ -237,7 +237,13 @@ impl Relations {
     /// Starts filling `user_id`'s cached list in the background when a fill slot is free
     /// ([`FillSlots::try_start`]).
     pub(crate) fn spawn_fill(&self, c: &Caches, user_id: i64) {
-        let Some(slot) = c.fills.try_start(user_id) else { return };
+        let slot = match c.fills.try_start(user_id) {
+            Ok(slot) => slot,
+            Err(not) => {
+                c.metrics.fills.with_label_values(&["following", not.label()]).inc();
+                return;
+            }
+        };
         let (c, db) = (c.clone(), self.db.clone());
         tokio::spawn(async move {
             let _slot = slot;

@@ -68,7 +68,7 @@ pub fn build(
         prometheus::IntCounter::new("sg_rate_limit_bypassed_total", "Follows allowed without a rate-limit check because Redis was unreachable")?;
     registry.register(Box::new(bypassed.clone()))?;
     let caches = match config.cache.list_caches().context("cache.url (SG_CACHE__URL)")? {
-        Some(lists) if with_cache => Some(cache::Caches::new(lists, cache::CacheMetrics::register(registry)?)),
+        Some(lists) if with_cache => Some(cache::Caches::new(lists, config.cache.fill_slots(), cache::CacheMetrics::register(registry)?)),
         _ => None,
     };
     Ok(Arc::new(service::Relations::new(db, redis, caches, config.clone(), wake, bypassed)))

@@ -101,7 +101,7 @@ impl Relations {
 fn spawn_fill(c: &Caches, db: &DatabaseConnection, user_id: i64, nonce: String) {
     let slot = c.restriction_fills.try_start(user_id);
     let (c, db) = (c.clone(), db.clone());
-    let Some(slot) = slot else {
+    let Ok(slot) = slot else {
         tokio::spawn(async move {
             let result = match c.restrictions.release(user_id, &nonce).await {
                 Ok(()) => "skipped",

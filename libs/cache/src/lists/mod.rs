@@ -41,7 +41,7 @@
 mod fills;
 mod scripts;
 
-pub use fills::{FILL_SLOTS, FillSlot, FillSlots};
+pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

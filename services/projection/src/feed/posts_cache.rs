@@ -101,7 +101,7 @@ impl PostCache {
     }
 
     fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, author_id: i64) {
-        let Some(slot) = self.fills.try_start(author_id) else { return };
+        let Ok(slot) = self.fills.try_start(author_id) else { return };
         let (this, db) = (Arc::clone(self), db.clone());
         tokio::spawn(async move {
             let _slot = slot;
