@@ -4,13 +4,16 @@
 //! cold (the user's cached list deleted before each call: every call misses, is answered by
 //! the database and starts a fill in the background) and off (a
 //! relation-svc without a cache on the same database), each beside the same read done raw on
-//! the cache Redis (ZREVRANGE, ZMSCORE on the same sorted sets) and on PostgreSQL.
+//! the cache Redis (ZREVRANGE, ZMSCORE on the same sorted sets) and on PostgreSQL; the cold
+//! rows again on instances with other fill settings (`cache.fill_after_misses` 2, one fill
+//! slot, and the defaults once more, measured last).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_cache::keys::Keys;
+use socialgraph_cache::lists::FILL_SLOTS;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
@@ -145,8 +148,25 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
             anyhow::Ok(())
         }
     };
-    let page_cold = timed(a.reads, evict, |i| page(&client, users[i])).await?;
-    let batch_cold = timed(a.reads, evict, |i| batch(&client, users[i], others[i].clone())).await?;
+    let page_cold = timed(a.reads, &evict, |i| page(&client, users[i])).await?;
+    let batch_cold = timed(a.reads, &evict, |i| batch(&client, users[i], others[i].clone())).await?;
+    // The cold rows again on relation-svc instances with other fill settings (same database
+    // and cache Redis, each started with no miss counted): what `cache.fill_slots` and
+    // `cache.fill_after_misses` trade.
+    let mut variants = Vec::new();
+    for (label, slots, after_misses) in
+        [("fills from the 2nd miss", FILL_SLOTS, 2), ("1 fill slot", 1, 1), ("fills from the 1st miss", FILL_SLOTS, 1)]
+    {
+        let mut config = mesh.relation_config();
+        config.kafka.relay_enabled = false;
+        (config.cache.fill_slots, config.cache.fill_after_misses) = (slots, after_misses);
+        let svc = spawn_relation(config).await?;
+        let c = RelationServiceClient::new(svc.channel().await?);
+        let page_cold = timed(a.reads, &evict, |i| page(&c, users[i])).await?;
+        let batch_cold = timed(a.reads, &evict, |i| batch(&c, users[i], others[i].clone())).await?;
+        svc.stop().await?;
+        variants.push((format!("following page (50), cold, {label}"), page_cold, format!("BatchGetRelationships(100), cold, {label}"), batch_cold));
+    }
     let page_off = timed(a.reads, none, |i| page(&plain, users[i])).await?;
     let batch_off = timed(a.reads, none, |i| batch(&plain, users[i], others[i].clone())).await?;
     for u in &users {
@@ -203,7 +223,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     uncached.stop().await?;
     mesh.stop().await?;
 
-    let table = latency_rows(&[
+    let mut rows = vec![
         ("floor: gRPC health check (raw: Redis PING)", &floor, &raw_ping),
         ("following page (50), warm", &page_warm, &raw_page_redis),
         ("following page (50), cold (every call misses)", &page_cold, &raw_page_pg),
@@ -211,7 +231,11 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         ("BatchGetRelationships(100), warm", &batch_warm, &raw_batch_redis),
         ("BatchGetRelationships(100), cold", &batch_cold, &raw_batch_pg),
         ("BatchGetRelationships(100), cache off", &batch_off, &raw_batch_pg),
-    ]);
+    ];
+    for (page_label, page_cold, batch_label, batch_cold) in &variants {
+        rows.extend([(page_label.as_str(), page_cold, &raw_page_pg), (batch_label.as_str(), batch_cold, &raw_batch_pg)]);
+    }
+    let table = latency_rows(&rows);
     print_table(
         &format!(
             "following-list cache: {} ({} edges), {} reads per row, one client",
