@@ -52,9 +52,17 @@ use redis::Script;
 use crate::keys::Keys;
 use crate::{CacheError, Pool};
 
-/// Most entries one script call or one round trip carries (an import's batch or a fill of a
-/// large list is split into parts of this size).
+/// Most entries one script call or one round trip of [`ListCache::apply`] carries (an
+/// import's batch is split into parts of this size).
 pub const CHUNK: usize = 1000;
+
+/// Most entries one script call of a fill ([`ListCache::commit_fill`]) carries. Fills run
+/// beside reads, and Redis runs one script at a time: a read that arrives during a fill's part
+/// waits for it. Parts of 1,000 entries took 2–5 ms each in the bench's cold rows (SLOWLOG,
+/// Slashdot's longest following lists and follower windows), which was most of those rows'
+/// p99; parts of this size keep that wait near the cost of a read itself, for a few more
+/// round trips per fill.
+pub const FILL_PART: usize = 100;
 
 /// Which list of a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,11 +371,11 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn commit_fill(&self, user_id: i64, nonce: &str, edges: &[CachedEdge], boundary: Option<(i64, i64)>) -> Result<bool, CacheError> {
-        // Large reads go in parts, each a short script within the timeout (a 10,000-entry
-        // script would hold Redis for over 100 ms); the marker is checked by every part.
-        let split = edges.len().saturating_sub(1) / CHUNK * CHUNK;
+        // Large reads go in parts ([`FILL_PART`]), each a short script, so reads running
+        // beside the fill wait little for Redis; the marker is checked by every part.
+        let split = edges.len().saturating_sub(1) / FILL_PART * FILL_PART;
         let (parts, last) = edges.split_at(split);
-        for part in parts.chunks(CHUNK) {
+        for part in parts.chunks(FILL_PART) {
             let mut inv = self.invocation(&self.scripts.fill_add, user_id);
             inv.arg(nonce);
             push_edges(&mut inv, part);
