@@ -17,7 +17,7 @@ use socialgraph_cache::lists::FILL_SLOTS;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
-use socialgraph_integration_tests::{Mesh, cache_settings, metric, raw_redis_conn, spawn_relation};
+use socialgraph_integration_tests::{Mesh, Svc, cache_settings, metric, raw_redis_conn, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
 use tonic::transport::Channel;
@@ -45,6 +45,27 @@ where
 
 pub(crate) async fn none(_: usize) -> anyhow::Result<()> {
     Ok(())
+}
+
+/// Waits until `svc`'s background fills have ended: its `sg_cache_fills_total` (every cache and
+/// result) unchanged over one second, at most 60 s. A fixed pause was too short after the
+/// follower warm-up (200 windows of 10,000 entries), so the warm rows measured reads queued
+/// behind fills.
+pub(crate) async fn fills_settled(svc: &Svc) -> anyhow::Result<()> {
+    let fills = |text: String| -> f64 {
+        text.lines().filter(|l| l.starts_with("sg_cache_fills_total")).filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok()).sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = fills(svc.metrics().await?);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = fills(svc.metrics().await?);
+        if now == last {
+            return Ok(());
+        }
+        last = now;
+    }
+    anyhow::bail!("fills still running after 60 s")
 }
 
 /// The users read: alternately one of the 200 first of `users_by_followings` (by count, most
@@ -118,7 +139,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         batch(&client, *u, others[i].clone()).await?;
     }
     // Misses fill in the background: let the warm-up's fills finish.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    fills_settled(&mesh.relation).await?;
     let before = mesh.relation.metrics().await?;
     // The floor of any call: a gRPC health check through the same channel, beside a Redis PING.
     let health = tonic_health::pb::health_client::HealthClient::new(mesh.relation.channel().await?);

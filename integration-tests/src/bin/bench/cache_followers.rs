@@ -75,7 +75,7 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
         page(&client, *u).await?;
         check(&client, *u, c.clone()).await?;
     }
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    crate::cache::fills_settled(&mesh.projection).await?;
     let before = mesh.projection.metrics().await?;
     let page_warm = timed(reads, none, |i| page(&client, users[i])).await?;
     let check_warm = timed(reads, none, |i| check(&client, users[i], candidates[i].clone())).await?;
@@ -102,7 +102,7 @@ pub(crate) async fn run(mesh: &Mesh, graph: &FollowGraph, reads: usize) -> anyho
     for u in &users {
         page(&client, *u).await?;
     }
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    crate::cache::fills_settled(&mesh.projection).await?;
 
     progress("the same follower reads raw: ZREVRANGE / ZMSCORE on the cached sets, and PostgreSQL");
     let pool = mesh.db.conn.get_postgres_connection_pool().clone();

@@ -58,7 +58,8 @@ pub(crate) async fn run(
         join(cached, users[i], common_others[i], true).await?;
         projection.list_followers(ListFollowersRequest { user_id: familiar_others[i], page_size: 1, ..Default::default() }).await?;
     }
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    crate::cache::fills_settled(&mesh.relation).await?;
+    crate::cache::fills_settled(&mesh.projection).await?;
     let mut rows = Vec::new();
     for (common, what) in [(true, "common following (50)"), (false, "familiar followers (50)")] {
         let others = if common { &common_others } else { &familiar_others };
