@@ -19,7 +19,7 @@ export CARGO_PROFILE_TEST_DEBUG := 0
 CARGO ?= cargo
 TEST_THREADS ?= 3
 
-.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench soak bench-falkordb lint openapi
+.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench soak bench-falkordb lint openapi broker-reset
 
 deps:
 	bash scripts/deps.sh
@@ -69,6 +69,15 @@ run-mesh: deps build
 
 bench: deps
 	$(CARGO) run --release -p socialgraph-integration-tests --bin bench -- all
+
+# The development broker never deletes records; after benchmarks its state (millions of
+# records) slows every fetch. This stops it, removes its state and lets `make deps` start it
+# empty (with the fetch index). Every topic and consumer offset on it is lost.
+TANSU_DIR := /var/lib/socialgraph/tansu
+broker-reset:
+	@if [ -f $(TANSU_DIR)/tansu.pid ]; then bash scripts/tansu.sh stop "$$(cat $(TANSU_DIR)/tansu.pid)"; fi
+	rm -f $(TANSU_DIR)/tansu.db $(TANSU_DIR)/tansu.db-wal $(TANSU_DIR)/tansu.db-shm
+	$(MAKE) deps
 
 # Ten minutes of the mixed workload at 80 % of the sustainable rate with a fault every minute
 # (ARGS="--secs 120" for a shorter one); prints per-minute numbers and the final mismatches.
