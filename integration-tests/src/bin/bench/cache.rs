@@ -17,7 +17,7 @@ use socialgraph_cache::lists::FILL_SLOTS;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
-use socialgraph_integration_tests::{Mesh, Svc, cache_settings, metric, raw_redis_conn, spawn_relation};
+use socialgraph_integration_tests::{Mesh, Svc, cache_settings, metric, metric_sum, raw_redis_conn, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
 use tonic::transport::Channel;
@@ -52,9 +52,7 @@ pub(crate) async fn none(_: usize) -> anyhow::Result<()> {
 /// follower warm-up (200 windows of 10,000 entries), so the warm rows measured reads queued
 /// behind fills.
 pub(crate) async fn fills_settled(svc: &Svc) -> anyhow::Result<()> {
-    let fills = |text: String| -> f64 {
-        text.lines().filter(|l| l.starts_with("sg_cache_fills_total")).filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok()).sum()
-    };
+    let fills = |text: String| metric_sum(&text, "sg_cache_fills_total", "");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = fills(svc.metrics().await?);
     while Instant::now() < deadline {
