@@ -66,7 +66,19 @@ pub trait BatchHandler: Send + Sync + 'static {
         records: &[RecordAndOffset],
         next_offset: i64,
     ) -> impl std::future::Future<Output = Result<(), BoxError>> + Send;
+    /// Called when a fetch of `topic`/`partition` came back empty, at most every
+    /// [`IDLE_EVERY`] (the first time at once), never while a batch is being applied:
+    /// `next_offset` is the partition's position, every record before it applied and stored
+    /// (0 when nothing ever was). For work that must go on while no records come, such as
+    /// writing the position where others read it again. Does nothing by default.
+    fn idle(&self, topic: &str, partition: i32, next_offset: i64) -> impl std::future::Future<Output = ()> + Send {
+        let _ = (topic, partition, next_offset);
+        async {}
+    }
 }
+
+/// Shortest time between two [`BatchHandler::idle`] calls of one partition.
+pub const IDLE_EVERY: Duration = Duration::from_millis(500);
 
 /// Progress of one partition, for status RPCs and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -136,7 +148,8 @@ impl Default for ConsumerSettings {
 /// `idle_max_ms`, then `deep_idle_ms` once quiet for `deep_idle_after_ms`). `activity` is
 /// shared by the sibling partitions of one consumer: a partition that fetched records wakes
 /// every sleeping sibling when it comes out of a quiet time; they fetch at once and count as
-/// in use again.
+/// in use again. An empty fetch also calls [`BatchHandler::idle`] (at most every
+/// [`IDLE_EVERY`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn run_partition<H: BatchHandler>(
     client: Arc<Client>,
@@ -176,10 +189,14 @@ async fn consume<H: BatchHandler>(
     cancel: &CancellationToken,
 ) -> Result<(), BoxError> {
     let pc = client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
-    let mut offset = match handler.load_offset(topic, partition).await? {
+    let stored = handler.load_offset(topic, partition).await?;
+    let mut offset = match stored {
         Some(o) => o,
         None => pc.get_offset(OffsetAt::Earliest).await?,
     };
+    // What `idle` reports: the stored position (0 while nothing was ever stored).
+    let mut done = stored.unwrap_or(0);
+    let mut idle_called: Option<Instant> = None;
     let key = (topic.to_owned(), partition);
     progress.write().await.entry(key.clone()).or_default().next_offset = offset;
     let mut idle = Duration::from_millis(1);
@@ -199,6 +216,10 @@ async fn consume<H: BatchHandler>(
             p.running = true;
         }
         let Some(last) = records.last() else {
+            if idle_called.is_none_or(|t| t.elapsed() >= IDLE_EVERY) {
+                handler.idle(topic, partition, done).await;
+                idle_called = Some(Instant::now());
+            }
             let sleep = if last_busy.elapsed() >= deep_idle_after { Duration::from_millis(settings.deep_idle_ms) } else { idle };
             tokio::select! {
                 _ = tokio::time::sleep(sleep) => {},
@@ -218,6 +239,7 @@ async fn consume<H: BatchHandler>(
         let last_ms = last.record.timestamp.timestamp_millis();
         handler.apply(topic, partition, &records, next).await?;
         offset = next;
+        done = next;
         let mut map = progress.write().await;
         let p = map.entry(key.clone()).or_default();
         p.next_offset = next;

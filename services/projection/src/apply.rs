@@ -5,7 +5,8 @@
 //!
 //! Before that transaction, the batch goes to the list caches, both directions (pseudo-replicas
 //! with the same version rule, so a batch applied again after a crash changes nothing), with
-//! its position first (see [`crate::cache`] for why fills need it). When the cache Redis cannot
+//! its position first, and an idle partition writes its position again (see [`crate::fence`]
+//! for why fills need it). When the cache Redis cannot
 //! be reached, the batch's users are marked in `cache_stale` in the same transaction, and
 //! the stale drain ([`socialgraph_server::cache_drain`]) deletes their cached lists once it answers
 //! again.
@@ -83,7 +84,7 @@ impl Projector {
         };
         let following: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.follower_id, edge(e, e.followee_id))).collect();
         let followers: Vec<(i64, CachedEdge)> = newest.values().map(|e| (e.followee_id, edge(e, e.follower_id))).collect();
-        let mark = AppliedMark { key: cache.applied_key(), partition, next_offset };
+        let mark = AppliedMark { key: cache.fence.key(), partition, next_offset };
         let lists = &cache.lists;
         let result = match lists.followers.apply(&followers, Some(mark)).await {
             Ok(_) => lists.following.apply(&following, None).await,
@@ -189,6 +190,15 @@ impl BatchHandler for Projector {
             socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position, &stale_users).instrument(span.clone())).await?;
         self.applied.inc_by(changed);
         Ok(())
+    }
+
+    /// Writes the partition's position to the list caches again ([`crate::fence`]): a mark
+    /// hash the cache Redis lost makes every fill wait until each partition has one.
+    async fn idle(&self, _topic: &str, partition: i32, next_offset: i64) {
+        let Some(cache) = &self.cache else { return };
+        if let Err(e) = cache.fence.mark(&cache.lists.followers, partition, next_offset).await {
+            tracing::debug!(error = %e, partition, "could not write the projection's position to the cache");
+        }
     }
 }
 

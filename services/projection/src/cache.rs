@@ -12,8 +12,8 @@
 //! Fills read `follower`, which this service writes itself, and a batch reaches the cache just
 //! before its transaction commits. So a fill reads its rows and the stored offsets in one
 //! snapshot, and writes to the cache only when those offsets cover every batch the cache had
-//! applied when its marker was set ([`covered`]); a fill that cannot see that within
-//! [`FILL_WAIT`] gives up (`result="behind"`) and a later miss tries again.
+//! applied when its marker was set, in every partition ([`crate::fence`]); a fill that cannot
+//! see that within [`FILL_WAIT`] gives up (`result="behind"`) and a later miss tries again.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -30,9 +30,8 @@ use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::windows::{self, WindowRead};
 
-/// Longest a fill waits for the projection's commits to cover the batches already applied to
-/// the cache.
-pub const FILL_WAIT: Duration = Duration::from_secs(2);
+pub use crate::fence::FILL_WAIT;
+use crate::fence::{Fence, FillError};
 
 /// A fill also reads the unfollowed edges inside the window; an account with more than this
 /// many per cached follower is not cached (marked too long).
@@ -77,10 +76,9 @@ pub struct Caches {
     pub hot: crate::hot::Hot,
     /// Metrics.
     pub metrics: CacheMetrics,
-    /// The consumer (its name in `consumer_offset`) and topic whose batches the cache holds.
-    position: (String, String),
-    /// `consumer/topic`: names the positions this projection applied to the cache.
-    applied_key: String,
+    /// The positions of the consumer (its name in `consumer_offset`) and topic whose batches
+    /// the cache holds.
+    pub fence: Fence,
     /// Deep pages read from the database per second (per instance).
     deep_pages: DefaultDirectRateLimiter,
     fills: FillSlots,
@@ -99,20 +97,7 @@ impl Caches {
         metrics: CacheMetrics,
     ) -> Self {
         let rate = NonZeroU32::new(deep_pages_per_sec).unwrap_or(NonZeroU32::MIN);
-        Self {
-            lists,
-            hot,
-            metrics,
-            position: (consumer.to_owned(), topic.to_owned()),
-            applied_key: format!("{consumer}/{topic}"),
-            deep_pages: RateLimiter::direct(Quota::per_second(rate)),
-            fills,
-        }
-    }
-
-    /// The key of the positions this projection applied to the cache (`consumer/topic`).
-    pub fn applied_key(&self) -> &str {
-        &self.applied_key
+        Self { lists, hot, metrics, fence: Fence::new(consumer, topic), deep_pages: RateLimiter::direct(Quota::per_second(rate)), fills }
     }
 
     fn count(&self, rpc: &str, result: &str) {
@@ -214,7 +199,7 @@ impl Caches {
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn check_followers(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
         let rpc = "BatchCheckFollowers";
-        let looked = match self.lists.followers.lookup_marking(user_id, candidates, self.applied_key()).await {
+        let looked = match self.lists.followers.lookup_marking(user_id, candidates, self.fence.key()).await {
             Ok((looked, applied)) => Some((applied, looked)),
             Err(e) => {
                 tracing::debug!(error = %e, "cache unavailable: reading the database");
@@ -245,7 +230,7 @@ impl Caches {
                 *answer = (e.state == EdgeState::Following).then_some(e.followed_at_ms);
             }
         }
-        if covered(&applied, &stored) {
+        if self.fence.covers(&applied, &stored) {
             let remembered: Vec<CachedEdge> = unknown
                 .iter()
                 .map(|c| found.get(c).map_or(CachedEdge { peer_id: *c, version: 0, following: false, followed_at_ms: 0 }, cached_follower))
@@ -278,15 +263,14 @@ impl Caches {
         });
     }
 
-    /// Fills `user_id`'s follower window: marker, then the positions applied to the cache,
-    /// then the database read (rows and offsets in one snapshot), repeated until the offsets
-    /// cover those positions, then the merge.
-    async fn fill(&self, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
+    /// Fills `user_id`'s follower window: marker, then the positions applied to the cache and
+    /// the database read (rows and offsets in one snapshot), repeated until the offsets cover
+    /// the positions of every partition ([`Fence::read_covering`]), then the merge.
+    async fn fill(&self, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, FillError> {
         let cache = &self.lists.followers;
         let Some(nonce) = cache.begin_fill(user_id).await? else { return Ok("skipped") };
-        let applied = cache.applied(self.applied_key()).await?;
         let window = cache.limits().window;
-        let Some(read) = read_covering(&applied, || self.read_window(db, user_id, window)).await? else { return Ok("behind") };
+        let Some(read) = self.fence.read_covering(cache, || self.read_window(db, user_id, window)).await? else { return Ok("behind") };
         let Some(read) = read else {
             cache.mark_too_long(user_id).await?;
             return Ok("too_long");
@@ -299,35 +283,6 @@ impl Caches {
 /// The cache's form of a `follower` edge (peer = the follower).
 pub(crate) fn cached_follower(e: &Edge) -> CachedEdge {
     CachedEdge { peer_id: e.follower_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
-}
-
-/// Reads with `read` (rows and the stored offsets, in one snapshot) until those offsets
-/// cover `applied` ([`covered`]); `None` when they still do not after [`FILL_WAIT`].
-///
-/// # Errors
-/// The database failed.
-pub(crate) async fn read_covering<T, F, Fut>(applied: &HashMap<i32, i64>, mut read: F) -> Result<Option<T>, DbErr>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(T, Vec<StoredOffset>), DbErr>>,
-{
-    let deadline = tokio::time::Instant::now() + FILL_WAIT;
-    loop {
-        let (value, stored) = read().await?;
-        if covered(applied, &stored) {
-            return Ok(Some(value));
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(None);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// True when the stored offsets cover every position the cache had applied (same partition,
-/// next offset at least as far).
-fn covered(applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
-    applied.iter().all(|(p, next)| stored.iter().any(|s| s.partition == *p && s.next_offset >= *next))
 }
 
 /// A read-only REPEATABLE READ transaction (SQLite: a plain one): reads that must see one
@@ -346,7 +301,7 @@ impl Caches {
     /// `user_id`'s window read and the stored offsets, in one snapshot.
     async fn read_window(&self, db: &DatabaseConnection, user_id: i64, window: usize) -> Result<(Option<WindowRead>, Vec<StoredOffset>), DbErr> {
         let txn = snapshot(db).await?;
-        let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
+        let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
         let read = windows::read(&txn, EdgeTable::Follower, user_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
         txn.commit().await?;
         Ok((read, stored))
@@ -356,7 +311,7 @@ impl Caches {
     /// in one snapshot.
     async fn read_checks(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> Result<(HashMap<i64, Edge>, Vec<StoredOffset>), DbErr> {
         let txn = snapshot(db).await?;
-        let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
+        let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
         let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();
         let found = edges::get_many(&txn, EdgeTable::Follower, &pairs, false).await?.into_iter().map(|e| (e.follower_id, e)).collect();
         txn.commit().await?;

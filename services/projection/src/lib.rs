@@ -6,6 +6,7 @@ pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod feed;
+pub mod fence;
 pub mod grpc;
 pub mod hot;
 pub mod service;
@@ -204,6 +205,11 @@ async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: In
     let activity = Arc::new(tokio::sync::Notify::new());
     for (i, topic) in topics.iter().enumerate() {
         let total = counts.get(i).copied().unwrap_or(config.kafka.partitions);
+        // The cache fills wait for a position of every partition, whoever consumes it.
+        let fence = if i == 0 { handlers.projector.cache.as_ref().map(|c| &c.fence) } else { handlers.feed.posts_cache.as_ref().map(|c| &c.fence) };
+        if let Some(fence) = fence {
+            fence.set_partitions(total);
+        }
         let owned = config.consumer.partitions.partitions(total);
         tracing::info!(topic, ?owned, "consuming");
         for p in owned.iter().copied() {

@@ -220,6 +220,13 @@ impl BatchHandler for Ingest {
         }
         Ok(())
     }
+
+    /// Writes the partition's position to the post lists' mark hash again ([`crate::fence`]).
+    async fn idle(&self, _topic: &str, partition: i32, next_offset: i64) {
+        if let Some(cache) = &self.feed.posts_cache {
+            cache.mark_idle(partition, next_offset).await;
+        }
+    }
 }
 
 /// Adds `per_author` to `user_counter.posts` (never below 0).

@@ -8,7 +8,7 @@
 //! that transaction and the stale drain deletes their lists. A fill (on a miss, in the
 //! background) reads the author's window and the content consumer's offsets in one snapshot and
 //! commits only when those offsets cover every position the cache had applied when the fill's
-//! marker was set, exactly as the follower windows do ([`crate::cache`]). Entries carry version 1
+//! marker was set, in every partition, exactly as the follower windows do ([`crate::fence`]). Entries carry version 1
 //! while live and 2 once deleted, so copies, replays and a publish after its delete change
 //! nothing.
 
@@ -21,15 +21,14 @@ use socialgraph_cache::lists::{AppliedMark, CachedEdge, FillSlots, ListCache, Pa
 use socialgraph_storage::feed::{FeedEntry, FeedKey};
 use socialgraph_storage::{feed_window, offsets};
 
-use crate::cache::{NOT_FOLLOWED_MAX_PER_WINDOW, read_covering, snapshot};
+use crate::cache::{NOT_FOLLOWED_MAX_PER_WINDOW, snapshot};
+use crate::fence::{Fence, FillError};
 
 /// The authors' post lists in the cache Redis, as projection-svc keeps and reads them.
 pub struct PostCache {
     list: ListCache,
-    /// The content consumer (its name in `consumer_offset`) and topic.
-    position: (String, String),
-    /// `consumer/topic`: names the positions applied to the cache.
-    applied_key: String,
+    /// The positions of the content consumer (its name in `consumer_offset`) and topic.
+    pub fence: Fence,
     fills: FillSlots,
     /// `sg_cache_requests_total` (cache `posts`).
     requests: IntCounterVec,
@@ -44,14 +43,7 @@ impl PostCache {
     /// The post lists of `list`, kept from `consumer`'s batches of `topic`, counting into the
     /// list caches' `requests` and `fills` metrics.
     pub fn new(list: ListCache, consumer: &str, topic: &str, requests: IntCounterVec, fills: IntCounterVec) -> Self {
-        Self {
-            list,
-            position: (consumer.to_owned(), topic.to_owned()),
-            applied_key: format!("{consumer}/{topic}"),
-            fills: FillSlots::default(),
-            requests,
-            fills_done: fills,
-        }
+        Self { list, fence: Fence::new(consumer, topic), fills: FillSlots::default(), requests, fills_done: fills }
     }
 
     /// Applies one content batch's outcome, recording its position (`partition`, `next_offset`)
@@ -60,8 +52,16 @@ impl PostCache {
     /// # Errors
     /// The cache Redis is unreachable, slow or failing: the caller marks the authors stale.
     pub async fn apply(&self, changes: &[PostChange], partition: i32, next_offset: i64) -> Result<(), CacheError> {
-        let mark = AppliedMark { key: &self.applied_key, partition, next_offset };
+        let mark = AppliedMark { key: self.fence.key(), partition, next_offset };
         self.list.apply(changes, Some(mark)).await.map(|_| ())
+    }
+
+    /// Writes `partition`'s position while the content consumer is idle ([`Fence::mark`]; a
+    /// failure is logged, the next idle call writes it again).
+    pub async fn mark_idle(&self, partition: i32, next_offset: i64) {
+        if let Err(e) = self.fence.mark(&self.list, partition, next_offset).await {
+            tracing::debug!(error = %e, partition, "could not write the content consumer's position to the cache");
+        }
     }
 
     /// Drops the lists of `authors` (best effort: a cache that does not answer keeps them until
@@ -113,20 +113,20 @@ impl PostCache {
         });
     }
 
-    /// Fills `author_id`'s list: marker, then the positions applied to the cache, then the
-    /// window and the offsets in one snapshot until those cover the positions, then the merge.
-    async fn fill(&self, db: &DatabaseConnection, author_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
+    /// Fills `author_id`'s list: marker, then the positions applied to the cache and the window
+    /// and the offsets in one snapshot until those cover the positions of every partition
+    /// ([`Fence::read_covering`]), then the merge.
+    async fn fill(&self, db: &DatabaseConnection, author_id: i64) -> Result<&'static str, FillError> {
         let Some(nonce) = self.list.begin_fill(author_id).await? else { return Ok("skipped") };
-        let applied = self.list.applied(&self.applied_key).await?;
         let window = self.list.limits().window;
         let snapshot_read = || async {
             let txn = snapshot(db).await?;
-            let stored = offsets::list(&txn, &self.position.0, &self.position.1).await?;
+            let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
             let read = feed_window::author_window(&txn, author_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
             txn.commit().await?;
             Ok((read, stored))
         };
-        let Some(read) = read_covering(&applied, snapshot_read).await? else { return Ok("behind") };
+        let Some(read) = self.fence.read_covering(&self.list, snapshot_read).await? else { return Ok("behind") };
         let Some(read) = read else {
             self.list.mark_too_long(author_id).await?;
             return Ok("too_long");
