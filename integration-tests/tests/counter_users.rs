@@ -65,6 +65,22 @@ async fn assert_exact(m: &Mesh, users: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until `workload` has written `rows` rows into relation-svc's `following` table, and
+/// asserts it is still running: what a test does then happens mid-workload however fast the
+/// services are.
+async fn mid_workload(m: &Mesh, rows: i64, workload: &tokio::task::JoinHandle<anyhow::Result<usize>>) -> anyhow::Result<()> {
+    use sea_orm::ConnectionTrait;
+    let count = sea_orm::Statement::from_string(m.db.conn.get_database_backend(), "SELECT COUNT(*) FROM following");
+    socialgraph_testkit::eventually(SETTLE, &format!("the workload to write {rows} edges"), || async {
+        let row = m.db.conn.query_one_raw(count.clone()).await?.ok_or_else(|| anyhow::anyhow!("COUNT(*) returned no row"))?;
+        Ok((row.try_get_by_index::<i64>(0)? >= rows).then_some(()))
+    })
+    .await?;
+    assert!(!workload.is_finished(), "the workload ended before {rows} edges: raise its size");
+    println!("{rows} edges written; the workload goes on");
+    Ok(())
+}
+
 /// Deletes one user's counters (its field of the bucket), as an eviction or an operator would.
 async fn delete_counter(redis_url: &str, keys: &socialgraph_cache::keys::Keys, user_id: i64) -> anyhow::Result<()> {
     let mut conn = redis_conn(redis_url).await?;
@@ -104,9 +120,10 @@ async fn user_counters_stay_exact_through_crashes_forced_rebuilds_deleted_keys_a
         })
     };
     let workload = tokio::spawn(random_workload(m.relation.addr, 20_000, USERS, 21));
-    // Kill counter-svc twice mid-workload, without any shutdown, and start it again.
-    for _ in 0..2 {
-        tokio::time::sleep(Duration::from_secs(4)).await;
+    // Kill counter-svc twice mid-workload (about a quarter and half of the ~11,700 edges the
+    // 20,000 changes write), without any shutdown, and start it again.
+    for rows in [3_000, 6_000] {
+        mid_workload(&m, rows, &workload).await?;
         m.counter.kill().await;
         m.counter = spawn_counter(m.counter_config()).await?;
         *counter_addr.lock().expect("lock") = m.counter.addr;
@@ -136,7 +153,8 @@ async fn user_counters_are_exact_after_a_flushall_of_redis_mid_workload() -> any
     let m = Mesh::start(&url).await?;
     read_all(&m, 200).await?;
     let workload = tokio::spawn(random_workload(m.relation.addr, 6000, 200, 31));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // About a third of the ~3,400 edges the 6,000 changes write.
+    mid_workload(&m, 1_200, &workload).await?;
     let mut conn = redis_conn(&url).await?;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await?;
     workload.await??;
