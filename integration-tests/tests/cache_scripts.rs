@@ -73,7 +73,7 @@ async fn an_unfollowed_account_never_comes_back_from_a_late_or_copied_event() ->
     cache.apply(&[(USER, edge(4, 2, false, 400)), (USER, edge(2, 1, true, 200))], None).await?;
     assert_eq!(list(&cache).await?, Some(vec![2]));
     assert_eq!(cache.count(USER).await?, Some(1));
-    assert_eq!(cache.lookup(USER, &[2, 3, 4], false).await?, vec![Lookup::Follows(200), Lookup::No, Lookup::No]);
+    assert_eq!(cache.lookup(USER, &[2, 3, 4]).await?, vec![Lookup::Follows(200), Lookup::No, Lookup::No]);
     Ok(())
 }
 
@@ -87,7 +87,7 @@ async fn evicting_either_key_makes_the_list_a_miss_never_a_partial_answer() -> a
         // An event applied after the eviction must not rebuild a partial list either.
         cache.apply(&[(USER, edge(3, 1, true, 300))], None).await?;
         assert_eq!(list(&cache).await?, None, "after evicting {evicted}");
-        assert_eq!(cache.lookup(USER, &[1], false).await?, vec![Lookup::Unknown]);
+        assert_eq!(cache.lookup(USER, &[1]).await?, vec![Lookup::Unknown]);
         assert_eq!(cache.count(USER).await?, None);
         assert!(!exists(&keys.following_versions(USER)).await?, "no state is left that could mark a list complete");
         // The next fill starts clean: nothing of the old sorted set leaks into it.

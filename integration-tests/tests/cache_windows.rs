@@ -45,7 +45,7 @@ async fn a_window_keeps_the_newest_entries_and_sends_pages_past_it_to_the_databa
     assert_eq!(ids(cache.page(USER, Some((400, 4)), 1).await?), (vec![3], false));
     assert_eq!(ids(cache.page(USER, Some((300, 3)), 1).await?), (vec![], true));
     assert_eq!(cache.count(USER).await?, None, "a window does not know the whole count");
-    assert_eq!(cache.lookup(USER, &[4, 2, 9], false).await?, vec![Lookup::Follows(400), Lookup::Unknown, Lookup::Unknown]);
+    assert_eq!(cache.lookup(USER, &[4, 2, 9]).await?, vec![Lookup::Follows(400), Lookup::Unknown, Lookup::Unknown]);
 
     // A new follower pushes the oldest out; the window still holds everything newer.
     cache.apply(&[(USER, edge(6, 1, true, 600))], None).await?;
@@ -53,7 +53,7 @@ async fn a_window_keeps_the_newest_entries_and_sends_pages_past_it_to_the_databa
     // An unfollow inside shrinks it; a follow restored with an old time stays outside.
     cache.apply(&[(USER, edge(5, 2, false, 500)), (USER, edge(1, 3, true, 100))], None).await?;
     assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![6, 4], true));
-    assert_eq!(cache.lookup(USER, &[5, 1], false).await?, vec![Lookup::Unknown, Lookup::Unknown], "outside the window: ask the database");
+    assert_eq!(cache.lookup(USER, &[5, 1]).await?, vec![Lookup::Unknown, Lookup::Unknown], "outside the window: ask the database");
     // Re-follow: a new time puts it back on top; the late copy of the unfollow changes nothing.
     cache.apply(&[(USER, edge(5, 3, true, 700)), (USER, edge(5, 2, false, 500))], None).await?;
     assert_eq!(ids(cache.page(USER, None, 10).await?), (vec![5, 6, 4], true));
@@ -77,28 +77,67 @@ async fn a_fill_drops_what_landed_below_its_boundary_and_stops_late_copies_of_ol
 }
 
 #[tokio::test]
+async fn a_read_fills_only_the_pending_marks_it_set_itself() -> anyhow::Result<()> {
+    let (cache, keys) = fresh(2, 100).await?;
+    // Reader 1 marks 10 and reads the database before a follow of 10 commits.
+    let (_, first) = cache.lookup_marking(USER, &[10], None).await?;
+    // The hash goes (evicted, flushed, or dropped past its maximum); the follow's event then
+    // finds nothing to update; reader 2 marks 10 again.
+    let _: i64 = redis::AsyncCommands::del(&mut redis_conn(&cache_redis_url()).await?, &keys.list(false, USER)[2]).await?;
+    cache.apply(&[(USER, edge(10, 1, true, 1_000))], None).await?;
+    let (looked, second) = cache.lookup_marking(USER, &[10], None).await?;
+    assert_eq!(looked, vec![Lookup::Unknown]);
+    // Reader 1's older answer lands on reader 2's mark: it is not taken.
+    cache.fill_relationships(USER, &first, &[edge(10, 0, false, 0)]).await?;
+    assert_eq!(cache.lookup(USER, &[10]).await?, vec![Lookup::Unknown], "a read fills no mark of a later reader");
+    cache.fill_relationships(USER, &second, &[edge(10, 1, true, 1_000)]).await?;
+    assert_eq!(cache.lookup(USER, &[10]).await?, vec![Lookup::Follows(1_000)]);
+    // An older answer never replaces a newer version, whoever marked it.
+    cache.fill_relationships(USER, &first, &[edge(10, 0, false, 0)]).await?;
+    assert_eq!(cache.lookup(USER, &[10]).await?, vec![Lookup::Follows(1_000)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_partition_position_only_grows() -> anyhow::Result<()> {
+    let (cache, _) = fresh(2, 3).await?;
+    // The cache's keys have a prefix of their own (`fresh`).
+    let key = "projection/topic".to_owned();
+    let mark = |next_offset| Some(AppliedMark { key: &key, partition: 0, next_offset });
+    cache.apply(&[], mark(40)).await?;
+    cache.apply(&[], mark(12)).await?;
+    assert_eq!(cache.applied(&key).await?, [(0, 40)].into(), "a late or repeated older position changes nothing");
+    cache.apply(&[], mark(41)).await?;
+    assert_eq!(cache.applied(&key).await?, [(0, 41)].into());
+    Ok(())
+}
+
+#[tokio::test]
 async fn relationship_entries_are_kept_by_events_and_never_overwritten_by_an_older_read() -> anyhow::Result<()> {
     let (cache, keys) = fresh(2, 3).await?;
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
     assert!(cache.commit_fill(USER, &nonce, &[edge(50, 1, true, 5_000), edge(40, 1, true, 4_000)], Some((3_000, 30))).await?);
     // 10 and 20 are outside the window: unknown, and marked while the database is read.
-    assert_eq!(cache.lookup(USER, &[50, 10, 20], true).await?, vec![Lookup::Follows(5_000), Lookup::Unknown, Lookup::Unknown]);
+    let (looked, marks) = cache.lookup_marking(USER, &[50, 10, 20], None).await?;
+    assert_eq!(looked, vec![Lookup::Follows(5_000), Lookup::Unknown, Lookup::Unknown]);
     // An event for 20 lands between the mark and the read's answer (which predates it).
     cache.apply(&[(USER, edge(20, 3, false, 2_000))], None).await?;
-    cache.fill_relationships(USER, &[edge(10, 1, true, 1_000), edge(20, 2, true, 2_000)]).await?;
-    assert_eq!(cache.lookup(USER, &[10, 20], true).await?, vec![Lookup::Follows(1_000), Lookup::No], "the event's newer version wins");
+    cache.fill_relationships(USER, &marks, &[edge(10, 1, true, 1_000), edge(20, 2, true, 2_000)]).await?;
+    assert_eq!(cache.lookup(USER, &[10, 20]).await?, vec![Lookup::Follows(1_000), Lookup::No], "the event's newer version wins");
     // A candidate with no edge at all is remembered as a miss, until a follow event comes.
-    assert_eq!(cache.lookup(USER, &[11], true).await?, vec![Lookup::Unknown]);
-    cache.fill_relationships(USER, &[edge(11, 0, false, 0)]).await?;
-    assert_eq!(cache.lookup(USER, &[11], false).await?, vec![Lookup::No]);
+    let (looked, marks) = cache.lookup_marking(USER, &[11], None).await?;
+    assert_eq!(looked, vec![Lookup::Unknown]);
+    cache.fill_relationships(USER, &marks, &[edge(11, 0, false, 0)]).await?;
+    assert_eq!(cache.lookup(USER, &[11]).await?, vec![Lookup::No]);
     cache.apply(&[(USER, edge(11, 1, true, 1_100))], None).await?;
-    assert_eq!(cache.lookup(USER, &[11], false).await?, vec![Lookup::Follows(1_100)]);
+    assert_eq!(cache.lookup(USER, &[11]).await?, vec![Lookup::Follows(1_100)]);
     // Past relationship_max entries the hash is dropped, never grown.
-    assert_eq!(cache.lookup(USER, &[12], true).await?, vec![Lookup::Unknown]);
-    cache.fill_relationships(USER, &[edge(12, 0, false, 0)]).await?;
+    let (looked, marks) = cache.lookup_marking(USER, &[12], None).await?;
+    assert_eq!(looked, vec![Lookup::Unknown]);
+    cache.fill_relationships(USER, &marks, &[edge(12, 0, false, 0)]).await?;
     let exists: bool = redis::AsyncCommands::exists(&mut redis_conn(&cache_redis_url()).await?, &keys.list(false, USER)[2]).await?;
     assert!(!exists, "four entries are over the maximum of three");
-    assert_eq!(cache.lookup(USER, &[10], false).await?, vec![Lookup::Unknown]);
+    assert_eq!(cache.lookup(USER, &[10]).await?, vec![Lookup::Unknown]);
     Ok(())
 }
 
@@ -148,14 +187,14 @@ async fn a_lookup_of_more_members_than_one_slice_answers_each_in_order() -> anyh
         _ if remembered => Lookup::No,
         _ => Lookup::Unknown,
     };
-    let first = cache.lookup(USER, &candidates, true).await?;
+    let (first, marks) = cache.lookup_marking(USER, &candidates, None).await?;
     assert_eq!(first, candidates.iter().map(|&c| expect(c, false)).collect::<Vec<_>>());
     let mut unknown: Vec<i64> = candidates.iter().zip(&first).filter(|(_, l)| **l == Lookup::Unknown).map(|(c, _)| *c).collect();
     unknown.sort_unstable();
     unknown.dedup();
     let answers: Vec<CachedEdge> = unknown.iter().map(|&c| if c % 3 == 0 { edge(c, 1, true, c * 10) } else { edge(c, 0, false, 0) }).collect();
-    cache.fill_relationships(USER, &answers).await?;
-    let second = cache.lookup(USER, &candidates, false).await?;
+    cache.fill_relationships(USER, &marks, &answers).await?;
+    let second = cache.lookup(USER, &candidates).await?;
     assert_eq!(second, candidates.iter().map(|&c| expect(c, true)).collect::<Vec<_>>(), "every marked candidate was remembered");
     Ok(())
 }

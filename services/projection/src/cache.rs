@@ -199,14 +199,14 @@ impl Caches {
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn check_followers(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> ApiResult<Vec<Option<i64>>> {
         let rpc = "BatchCheckFollowers";
-        let looked = match self.lists.followers.lookup_marking(user_id, candidates, self.fence.key()).await {
-            Ok((looked, applied)) => Some((applied, looked)),
+        let looked = match self.lists.followers.lookup_marking(user_id, candidates, Some(self.fence.key())).await {
+            Ok((looked, marks)) => Some((marks, looked)),
             Err(e) => {
                 tracing::debug!(error = %e, "cache unavailable: reading the database");
                 None
             }
         };
-        let Some((applied, looked)) = looked else {
+        let Some((marks, looked)) = looked else {
             self.count(rpc, "fallback");
             let (found, _) = self.read_checks(db, user_id, candidates).await.map_err(db_error)?;
             return Ok(candidates.iter().map(|c| found.get(c).filter(|e| e.state == EdgeState::Following).map(|e| e.followed_at_ms)).collect());
@@ -230,12 +230,12 @@ impl Caches {
                 *answer = (e.state == EdgeState::Following).then_some(e.followed_at_ms);
             }
         }
-        if self.fence.covers(&applied, &stored) {
+        if self.fence.covers(&marks.applied, &stored) {
             let remembered: Vec<CachedEdge> = unknown
                 .iter()
                 .map(|c| found.get(c).map_or(CachedEdge { peer_id: *c, version: 0, following: false, followed_at_ms: 0 }, cached_follower))
                 .collect();
-            if let Err(e) = self.lists.followers.fill_relationships(user_id, &remembered).await {
+            if let Err(e) = self.lists.followers.fill_relationships(user_id, &marks, &remembered).await {
                 tracing::debug!(error = %e, "could not remember follower relationships");
             }
         }

@@ -15,8 +15,10 @@
 //! and committed after it would otherwise be missing from a fill that saw no mark for it, and
 //! no later event would bring it back. Each consumer writes its partition's position again
 //! whenever the partition is idle ([`Fence::mark`], from [`BatchHandler::idle`], at most every
-//! [`IDLE_EVERY`]) and with every batch; a partition's task does either only between batches,
-//! so a position written after a loss is at or past every batch that task applied before it.
+//! [`IDLE_EVERY`]) and with every batch, and a position only grows (a late or repeated older
+//! one changes nothing). A partition's task writes either only between batches: an idle
+//! position is the stored one, so every batch it had applied to the cache is committed, except
+//! one whose transaction failed, which the task applies again (cache first) before going on.
 //! Until every partition is marked again, fills wait (then give up, `result="behind"`) and
 //! reads go to the database.
 //!
@@ -88,8 +90,8 @@ impl Fence {
 
     /// Reads with `read` (rows and the stored offsets, in one snapshot) until they cover the
     /// mark hash as `list` holds it then ([`Self::covers`]); `None` when they still do not
-    /// after [`FILL_WAIT`]. Call it after the fill's marker is set: a later read of the marks is
-    /// only more demanding.
+    /// after [`FILL_WAIT`]. Call it after the fill's marker is set: every read of the marks here
+    /// comes after it, and positions only grow.
     ///
     /// # Errors
     /// The cache Redis or the database failed.
@@ -124,12 +126,11 @@ impl Fence {
     }
 }
 
-/// [`Fence::covers`] for a topic of `total` partitions.
+/// [`Fence::covers`] for a topic of `total` partitions: a mark for each of them, and every
+/// mark covered (also of a partition added to the topic since `total` was read).
 fn covers(total: i32, applied: &HashMap<i32, i64>, stored: &[StoredOffset]) -> bool {
-    (0..total).all(|p| {
-        let done = stored.iter().find(|s| s.partition == p).map_or(0, |s| s.next_offset);
-        applied.get(&p).is_some_and(|mark| done >= *mark)
-    })
+    let done = |p: i32| stored.iter().find(|s| s.partition == p).map_or(0, |s| s.next_offset);
+    (0..total).all(|p| applied.contains_key(&p)) && applied.iter().all(|(&p, &mark)| done(p) >= mark)
 }
 
 #[cfg(test)]
@@ -147,6 +148,8 @@ mod tests {
         assert!(!covers(3, &applied, &stored(&[(0, 9), (2, 9)])), "partition 0's batch is not committed yet");
         assert!(!covers(4, &applied, &stored(&[(0, 10), (1, 5), (2, 9), (3, 5)])), "partition 3 has no mark (lost with the hash)");
         assert!(!covers(1, &HashMap::new(), &stored(&[(0, 100)])), "an empty hash covers nothing");
+        let grown: HashMap<i32, i64> = [(0, 10), (1, 0), (2, 7), (3, 4)].into();
+        assert!(!covers(3, &grown, &stored(&[(0, 10), (2, 9), (3, 3)])), "a partition added since the count was read");
     }
 
     #[test]

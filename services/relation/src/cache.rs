@@ -168,7 +168,7 @@ impl Relations {
     /// database (a miss also starts a fill in the background).
     pub(crate) async fn following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
         let c = self.caches.as_ref()?;
-        let read = c.following.lookup(user_id, others, false).await.map(|answers| {
+        let read = c.following.lookup(user_id, others).await.map(|answers| {
             let unknown = answers.iter().filter(|a| **a == Lookup::Unknown).count();
             match unknown {
                 0 => Looked::Hit(answers.iter().map(|a| if let Lookup::Follows(ms) = a { Some(*ms) } else { None }).collect()),
@@ -193,7 +193,7 @@ impl Relations {
     /// UNAVAILABLE when the database fails.
     pub(crate) async fn followed_by_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Option<Vec<Option<i64>>>> {
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
-        let looked = match c.followers.lookup(user_id, others, true).await {
+        let (looked, marks) = match c.followers.lookup_marking(user_id, others, None).await {
             Ok(looked) => looked,
             Err(e) => {
                 tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
@@ -228,7 +228,7 @@ impl Relations {
                 })
             })
             .collect();
-        if let Err(e) = c.followers.fill_relationships(user_id, &remembered).await {
+        if let Err(e) = c.followers.fill_relationships(user_id, &marks, &remembered).await {
             tracing::debug!(error = %e, "could not remember the relationships read");
         }
         Ok(Some(answers))

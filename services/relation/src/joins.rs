@@ -48,7 +48,7 @@ enum Side {
 /// in that list's order after `after` and cut at `limit`; `None` when the list cannot say (not
 /// whole, or the cache failed).
 async fn in_list_order(list: &ListCache, owner: i64, ids: &[i64], after: Option<Cursor>, limit: usize) -> Option<Vec<(i64, i64)>> {
-    let looked = list.lookup(owner, ids, false).await.ok()?;
+    let looked = list.lookup(owner, ids).await.ok()?;
     if looked.contains(&Lookup::Unknown) {
         return None;
     }
@@ -82,7 +82,7 @@ impl Relations {
             }
             (Side::Short(rest), Side::Long) => {
                 let ids: Vec<i64> = rest.iter().map(|(id, _)| *id).collect();
-                let looked = c.following.lookup(b, &ids, false).await.ok()?;
+                let looked = c.following.lookup(b, &ids).await.ok()?;
                 if looked.contains(&Lookup::Unknown) {
                     return None;
                 }
@@ -129,7 +129,7 @@ impl Relations {
             (Some(Side::Long), None) | (None, _) => return Ok(None),
         };
         let peers: Vec<i64> = rest.iter().map(|(id, _)| *id).collect();
-        let Ok(known) = c.followers.lookup(user, &peers, false).await else { return Ok(None) };
+        let Ok(known) = c.followers.lookup(user, &peers).await else { return Ok(None) };
         let unknown: Vec<i64> = peers.iter().zip(&known).filter(|(_, k)| **k == Lookup::Unknown).map(|(p, _)| *p).collect();
         let label = if unknown.is_empty() { "hit" } else { "partial" };
         c.metrics.requests.with_label_values(&["followers", rpc, label]).inc();

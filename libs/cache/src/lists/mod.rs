@@ -13,7 +13,8 @@
 //!   only what is newer than the boundary `_bs`/`_bm`, `f:<nonce>` being filled, `x` too long)
 //!   and `_n` (members of the set);
 //! - `…:r`, the relationship hash of a very large account: candidate → `version:followed_at`
-//!   of its edge (version 0: none; negative: not following), or `p` while being read.
+//!   of its edge (version 0: none; negative: not following), or `p:<nonce>` while the reader
+//!   that marked it reads the database.
 //!
 //! How the races are closed:
 //! - **Replays, copies, reordering**: an entry changes only when its version is higher than the
@@ -29,19 +30,24 @@
 //!   event exists); for follower lists, read from the projection, which applies a batch to the
 //!   cache just before committing it, the fill reads the projection's offsets in the same
 //!   snapshot as the rows and commits only if they cover every batch the cache had applied
-//!   when the marker was set ([`ListCache::applied`]).
+//!   when the marker was set, in every partition ([`ListCache::applied`]; positions only
+//!   grow, so a late or repeated write of an older one changes nothing).
 //! - **Eviction** (the cache Redis may evict any key): every script runs atomically and first
 //!   checks that the set and the hash agree (`ZCARD = _n`); when one was evicted it deletes the
 //!   other and the list counts as not cached. A fill whose marker was evicted or replaced marks
-//!   nothing served. A relationship entry that is gone stays gone until asked again.
+//!   nothing served. A relationship entry that is gone stays gone until asked again, and a
+//!   reader fills only the entries it marked itself and that are still pending, or older ones
+//!   ([`Marks`]).
 //! - **Windows**: adding to a window drops its oldest members; what is dropped becomes the
 //!   boundary, so the set always holds every followed entry newer than the boundary. Removals
 //!   only shrink the window.
 
 mod fills;
+mod relationships;
 mod scripts;
 
 pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
+pub use relationships::Marks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -136,7 +142,8 @@ pub struct Limits {
 }
 
 /// Where the projection's batch applied to the cache stands: written in the same round trip
-/// as the batch, before it, so a fill can tell whether its database read covers it.
+/// as the batch, before it, so a fill can tell whether its database read covers it. A
+/// partition's position only grows: writing an older one (late, or repeated) changes nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct AppliedMark<'a> {
     /// Names the consumer and topic (`consumer/topic`).
@@ -157,6 +164,7 @@ struct Scripts {
     lookup: Script,
     rel_fill: Script,
     count: Script,
+    mark: Script,
 }
 
 /// Both list caches of one cache Redis, over one pool.
@@ -227,6 +235,7 @@ impl ListCache {
             lookup: s(scripts::LOOKUP),
             rel_fill: s(scripts::REL_FILL),
             count: s(scripts::COUNT),
+            mark: Script::new(scripts::MARK),
         };
         Self { pool, keys, direction, limits, scripts: Arc::new(scripts) }
     }
@@ -279,54 +288,6 @@ impl ListCache {
         let windowed = flat.first().is_some_and(|s| s.as_slice() == b"w");
         let entries = flat[1..].chunks_exact(2).map(|p| Ok((id_of(&p[0])?, ms_of(&p[1])?))).collect::<Result<Vec<_>, CacheError>>()?;
         Ok(if windowed && entries.len() < limit { PageRead::PastWindow(entries) } else { PageRead::Hit(entries) })
-    }
-
-    /// What the cache knows of `user_id`'s edge to each of `others`, in input order: from the
-    /// list, else (follower windows) from the relationship hash.
-    ///
-    /// # Errors
-    /// Redis unreachable, slow or failing.
-    pub async fn lookup(&self, user_id: i64, others: &[i64], mark: bool) -> Result<Vec<Lookup>, CacheError> {
-        let answers: Vec<Vec<u8>> = self.run(self.lookup_invocation(user_id, others, mark)).await?;
-        lookups(&answers)
-    }
-
-    /// [`Self::lookup`] that marks the unknown candidates pending for
-    /// [`Self::fill_relationships`], and then, in the same round trip, reads the positions
-    /// applied under `applied_key` ([`Self::applied`]): the database read that fills them must
-    /// cover those positions.
-    ///
-    /// # Errors
-    /// Redis unreachable, slow or failing.
-    pub async fn lookup_marking(&self, user_id: i64, others: &[i64], applied_key: &str) -> Result<(Vec<Lookup>, HashMap<i32, i64>), CacheError> {
-        let inv = self.lookup_invocation(user_id, others, true);
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&inv).hgetall(self.keys.cache_applied(applied_key));
-        let (answers, applied): (Vec<Vec<u8>>, HashMap<i32, i64>) =
-            crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[&self.scripts.lookup]).await?;
-        Ok((lookups(&answers)?, applied))
-    }
-
-    fn lookup_invocation(&self, user_id: i64, others: &[i64], mark: bool) -> redis::ScriptInvocation<'_> {
-        let mut inv = self.invocation(&self.scripts.lookup, user_id);
-        inv.arg(if mark { "1" } else { "0" }).arg(self.ttl_secs());
-        for o in others {
-            inv.arg(member(*o).as_slice());
-        }
-        inv
-    }
-
-    /// Remembers the edges of `user_id` read from the database for candidates that
-    /// [`Self::lookup`] marked (version 0: no edge); entries changed meanwhile by a newer event
-    /// keep it. The hash is dropped when it grows past `relationship_max`.
-    ///
-    /// # Errors
-    /// Redis unreachable, slow or failing.
-    pub async fn fill_relationships(&self, user_id: i64, edges: &[CachedEdge]) -> Result<(), CacheError> {
-        let mut inv = self.invocation(&self.scripts.rel_fill, user_id);
-        inv.arg(self.limits.relationship_max).arg(self.ttl_secs());
-        push_edges(&mut inv, edges);
-        self.run::<i64>(inv).await.map(|_| ())
     }
 
     /// How many entries `user_id`'s list has; `None` unless the whole list is cached.
@@ -413,7 +374,9 @@ impl ListCache {
         // import) never holds Redis long nor outlasts the timeout; the mark goes first.
         let mut pipes = vec![(redis::pipe(), 0usize)];
         if let Some(m) = mark {
-            pipes[0].0.hset(self.keys.cache_applied(m.key), m.partition, m.next_offset).ignore();
+            let mut inv = self.scripts.mark.prepare_invoke();
+            inv.key(self.keys.cache_applied(m.key)).arg(m.partition).arg(m.next_offset);
+            pipes[0].0.invoke_script(&inv).ignore();
         }
         for (user, edges) in &by_user {
             for part in edges.chunks(CHUNK) {
@@ -436,7 +399,8 @@ impl ListCache {
             }
             // The mark completes before the scripts also on a cluster (another slot).
             let first = usize::from(i == 0 && mark.is_some());
-            let counts: Vec<u64> = crate::query_pipeline_ordered(&self.pool, self.limits.timeout, pipe, &[&self.scripts.apply], first).await?;
+            let scripts = [&self.scripts.apply, &self.scripts.mark];
+            let counts: Vec<u64> = crate::query_pipeline_ordered(&self.pool, self.limits.timeout, pipe, &scripts, first).await?;
             changed += counts.iter().sum::<u64>();
         }
         Ok(changed)
@@ -470,17 +434,6 @@ impl ListCache {
         }
         crate::query_pipeline(&self.pool, self.limits.timeout, &pipe, &[]).await
     }
-}
-
-fn lookups(answers: &[Vec<u8>]) -> Result<Vec<Lookup>, CacheError> {
-    answers
-        .iter()
-        .map(|a| match a.as_slice() {
-            b"n" => Ok(Lookup::No),
-            b"u" => Ok(Lookup::Unknown),
-            score => ms_of(score).map(Lookup::Follows),
-        })
-        .collect()
 }
 
 fn push_edges(inv: &mut redis::ScriptInvocation<'_>, edges: &[CachedEdge]) {

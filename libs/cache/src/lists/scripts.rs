@@ -22,7 +22,8 @@
 ///   costs a handful of commands instead of four per entry.
 /// - `trim(window)`: keeps the newest `window` members; the ones dropped become negative and
 ///   the newest of them the boundary (`_bs` score, `_bm` member), state `w`.
-/// - `rel(m, version, score)`: updates the relationship hash entry of `m` if one is there.
+/// - `rel(m, version, score, nonce)`: updates the relationship hash entry of `m` if one is
+///   there: a pending one (`p:<nonce>`; with `nonce`, only its own) or an older version.
 /// - `each(cmd, key, members)`: the replies of a per-member command (HMGET, ZMSCORE) in
 ///   member order, sent in slices of 4,000 like `bulk`, so a lookup of 100 members is one
 ///   command, not 100 (a LOOKUP of 100 members: 81 µs in Redis instead of 228 on a complete
@@ -135,10 +136,14 @@ local function trim(window)
   for i = 1, #out, 2 do drop(out[i]) end
   redis.call('HSET', KEYS[2], '_s', 'w', '_bs', out[#out], '_bm', out[#out - 1])
 end
-local function rel(m, version, score)
+local function rel(m, version, score, nonce)
   local cur = redis.call('HGET', KEYS[3], m)
   if not cur then return end
-  if cur ~= 'p' and math.abs(version) <= math.abs(tonumber(string.match(cur, '^(-?%d+)'))) then return end
+  if string.sub(cur, 1, 1) == 'p' then
+    if nonce and cur ~= 'p:' .. nonce then return end
+  elseif math.abs(version) <= math.abs(tonumber(string.match(cur, '^(-?%d+)'))) then
+    return
+  end
   redis.call('HSET', KEYS[3], m, version .. ':' .. score)
 end
 ";
@@ -243,9 +248,10 @@ end
 return out
 ";
 
-/// LOOKUP: ARGV = mark ('1': mark unknown members pending in the relationship hash), ttl (s),
-/// members. Per member: its score when followed, 'n' when not, 'u' when neither the list nor
-/// the relationship hash knows (the caller asks the database).
+/// LOOKUP: ARGV = nonce ('' marks nothing; else unknown members are marked `p:<nonce>` in the
+/// relationship hash, taking over another reader's pending mark), ttl (s), members. Per member:
+/// its score when followed, 'n' when not, 'u' when neither the list nor the relationship hash
+/// knows (the caller asks the database).
 pub const LOOKUP: &str = r"
 local s = ok()
 local members = {}
@@ -267,14 +273,14 @@ for j, k in ipairs(asked) do names[j] = members[k] end
 local known, marks = each('HMGET', KEYS[3], names), {}
 for j, k in ipairs(asked) do
   local cur = known[j]
-  if cur and cur ~= 'p' then
+  if cur and string.sub(cur, 1, 1) ~= 'p' then
     local v, at = string.match(cur, '^(-?%d+):(.*)$')
     if tonumber(v) > 0 then out[k] = at else out[k] = 'n' end
   else
     out[k] = 'u'
-    if ARGV[1] == '1' and not cur then
+    if ARGV[1] ~= '' then
       marks[#marks + 1] = members[k]
-      marks[#marks + 1] = 'p'
+      marks[#marks + 1] = 'p:' .. ARGV[1]
     end
   end
 end
@@ -285,18 +291,28 @@ end
 return out
 ";
 
-/// REL_FILL: ARGV = max entries, ttl (s), (member, signed version, score)* read from the
-/// database after LOOKUP marked them (version 0: no edge). Sets entries still pending or older;
-/// an entry that is gone (evicted) stays gone. Deletes the hash when it holds more than `max`.
+/// REL_FILL: ARGV = nonce, max entries, ttl (s), (member, signed version, score)* read from the
+/// database after LOOKUP marked them under `nonce` (version 0: no edge). Sets the entries still
+/// pending under this nonce, and older versions; an entry that is gone (evicted) or marked by a
+/// later reader stays so. Deletes the hash when it holds more than `max`.
 pub const REL_FILL: &str = r"
-for i = 3, #ARGV, 3 do
-  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 1 then rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+for i = 4, #ARGV, 3 do
+  rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[1])
 end
-if redis.call('HLEN', KEYS[3]) > tonumber(ARGV[1]) then
+if redis.call('HLEN', KEYS[3]) > tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[3])
 else
-  redis.call('EXPIRE', KEYS[3], ARGV[2])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
 end
+return 1
+";
+
+/// MARK: KEYS[1] the mark hash, ARGV = partition, next offset. Stores the position unless the
+/// hash holds a later one for the partition (a late or repeated write of an older position
+/// changes nothing); not wrapped in [`COMMON`] (its key is not a list's).
+pub const MARK: &str = r"
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 1
 ";
 
