@@ -195,9 +195,8 @@ impl BatchHandler for Projector {
     /// Writes the partition's position to the list caches again ([`crate::fence`]): a mark
     /// hash the cache Redis lost makes every fill wait until each partition has one.
     async fn idle(&self, _topic: &str, partition: i32, next_offset: i64) {
-        let Some(cache) = &self.cache else { return };
-        if let Err(e) = cache.fence.mark(&cache.lists.followers, partition, next_offset).await {
-            tracing::debug!(error = %e, partition, "could not write the projection's position to the cache");
+        if let Some(cache) = &self.cache {
+            cache.fence.mark(&cache.lists.followers, partition, next_offset).await;
         }
     }
 }

@@ -27,7 +27,7 @@ use socialgraph_cache::lists::{CachedEdge, FillSlots, ListCaches, Lookup, PageRe
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
-use socialgraph_storage::offsets::{self, StoredOffset};
+use socialgraph_storage::offsets::StoredOffset;
 use socialgraph_storage::windows::{self, WindowRead};
 
 pub use crate::fence::FILL_WAIT;
@@ -301,7 +301,7 @@ impl Caches {
     /// `user_id`'s window read and the stored offsets, in one snapshot.
     async fn read_window(&self, db: &DatabaseConnection, user_id: i64, window: usize) -> Result<(Option<WindowRead>, Vec<StoredOffset>), DbErr> {
         let txn = snapshot(db).await?;
-        let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
+        let stored = self.fence.stored(&txn).await?;
         let read = windows::read(&txn, EdgeTable::Follower, user_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
         txn.commit().await?;
         Ok((read, stored))
@@ -311,7 +311,7 @@ impl Caches {
     /// in one snapshot.
     async fn read_checks(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> Result<(HashMap<i64, Edge>, Vec<StoredOffset>), DbErr> {
         let txn = snapshot(db).await?;
-        let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
+        let stored = self.fence.stored(&txn).await?;
         let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();
         let found = edges::get_many(&txn, EdgeTable::Follower, &pairs, false).await?.into_iter().map(|e| (e.follower_id, e)).collect();
         txn.commit().await?;

@@ -29,10 +29,9 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sea_orm::DbErr;
-use socialgraph_cache::CacheError;
+use sea_orm::{ConnectionTrait, DbErr};
 use socialgraph_cache::lists::{AppliedMark, ListCache};
-use socialgraph_storage::offsets::StoredOffset;
+use socialgraph_storage::offsets::{self, StoredOffset};
 
 /// Longest a fill waits for every partition's mark and for the projection's commits to cover
 /// them.
@@ -64,14 +63,12 @@ impl Fence {
         &self.key
     }
 
-    /// The consumer's name in `consumer_offset`.
-    pub fn consumer(&self) -> &str {
-        &self.consumer
-    }
-
-    /// The topic.
-    pub fn topic(&self) -> &str {
-        &self.topic
+    /// The consumer's stored offsets on the topic (read inside the fill's snapshot `conn`).
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn stored<C: ConnectionTrait>(&self, conn: &C) -> Result<Vec<StoredOffset>, DbErr> {
+        offsets::list(conn, &self.consumer, &self.topic).await
     }
 
     /// Records the topic's partition count (the first call wins; the count of a topic never
@@ -117,12 +114,13 @@ impl Fence {
     }
 
     /// Writes `partition`'s position (`next_offset`: every record before it is applied to the
-    /// cache and committed, 0 when none ever was) into the mark hash held by `list`.
-    ///
-    /// # Errors
-    /// The cache Redis failed.
-    pub async fn mark(&self, list: &ListCache, partition: i32, next_offset: i64) -> Result<(), CacheError> {
-        list.apply(&[], Some(AppliedMark { key: &self.key, partition, next_offset })).await.map(|_| ())
+    /// cache and committed, 0 when none ever was) into the mark hash held by `list`, from an
+    /// idle consumer ([`socialgraph_events::consumer::BatchHandler::idle`]). A failure is logged: the next idle call writes it
+    /// again.
+    pub async fn mark(&self, list: &ListCache, partition: i32, next_offset: i64) {
+        if let Err(e) = list.apply(&[], Some(AppliedMark { key: &self.key, partition, next_offset })).await {
+            tracing::debug!(error = %e, key = self.key, partition, "could not write a consumer's position to the cache");
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use sea_orm::DatabaseConnection;
 use socialgraph_cache::CacheError;
 use socialgraph_cache::lists::{AppliedMark, CachedEdge, FillSlots, ListCache, PageRead};
 use socialgraph_storage::feed::{FeedEntry, FeedKey};
-use socialgraph_storage::{feed_window, offsets};
+use socialgraph_storage::feed_window;
 
 use crate::cache::{NOT_FOLLOWED_MAX_PER_WINDOW, snapshot};
 use crate::fence::{Fence, FillError};
@@ -56,12 +56,9 @@ impl PostCache {
         self.list.apply(changes, Some(mark)).await.map(|_| ())
     }
 
-    /// Writes `partition`'s position while the content consumer is idle ([`Fence::mark`]; a
-    /// failure is logged, the next idle call writes it again).
+    /// Writes `partition`'s position while the content consumer is idle ([`Fence::mark`]).
     pub async fn mark_idle(&self, partition: i32, next_offset: i64) {
-        if let Err(e) = self.fence.mark(&self.list, partition, next_offset).await {
-            tracing::debug!(error = %e, partition, "could not write the content consumer's position to the cache");
-        }
+        self.fence.mark(&self.list, partition, next_offset).await;
     }
 
     /// Drops the lists of `authors` (best effort: a cache that does not answer keeps them until
@@ -121,7 +118,7 @@ impl PostCache {
         let window = self.list.limits().window;
         let snapshot_read = || async {
             let txn = snapshot(db).await?;
-            let stored = offsets::list(&txn, self.fence.consumer(), self.fence.topic()).await?;
+            let stored = self.fence.stored(&txn).await?;
             let read = feed_window::author_window(&txn, author_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await?;
             txn.commit().await?;
             Ok((read, stored))
