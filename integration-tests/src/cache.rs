@@ -123,3 +123,15 @@ pub async fn assert_cached_exact(db: &TestDb, url: &str, prefix: &str, following
 pub async fn assert_cached_following_exact(db: &TestDb, url: &str, prefix: &str, users: &[i64]) -> anyhow::Result<usize> {
     assert_cached_exact(db, url, prefix, true, users).await
 }
+
+/// Deletes every cache key under `prefix` (a flush of one mesh's cache, positions included).
+///
+/// # Errors
+/// The cache Redis failed.
+pub async fn flush_prefix(conn: &mut socialgraph_cache::Conn, prefix: &str) -> anyhow::Result<()> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL").arg(keys).query_async(conn).await?;
+    }
+    Ok(())
+}

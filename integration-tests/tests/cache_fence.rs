@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, TransactionTrait};
 use socialgraph_cache::keys::Keys;
-use socialgraph_integration_tests::cache::{assert_cached_exact, cached_posts};
+use socialgraph_integration_tests::cache::{assert_cached_exact, cached_posts, flush_prefix};
 use socialgraph_integration_tests::feeds::{FeedMesh, publish};
 use socialgraph_integration_tests::*;
 use socialgraph_projection::feed::FeedSettings;
@@ -54,9 +54,7 @@ async fn held_across_a_flush(
         Ok(now.iter().any(|(p, n)| before.get(p).is_none_or(|b| n > b)).then_some(()))
     })
     .await?;
-    let mut conn = cache_conn().await?;
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(&mut conn).await?;
-    let _: i64 = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
+    flush_prefix(&mut cache_conn().await?, prefix).await?;
     Ok(lock)
 }
 

@@ -11,7 +11,9 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use socialgraph_cache::keys::Keys;
-use socialgraph_integration_tests::cache::{assert_cached_exact, assert_cached_following_exact, cached_following, following_lists, table_lists};
+use socialgraph_integration_tests::cache::{
+    assert_cached_exact, assert_cached_following_exact, cached_following, flush_prefix, following_lists, table_lists,
+};
 use socialgraph_integration_tests::*;
 use socialgraph_proto::projection::v1 as pp;
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
@@ -79,15 +81,6 @@ async fn walk_join(client: &mut RelationServiceClient<Channel>, a: i64, b: i64, 
 async fn cache_up() -> anyhow::Result<socialgraph_cache::Conn> {
     let url = cache_redis_url();
     redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))
-}
-
-/// Deletes every cache key under `prefix` (a flush of one mesh's cache).
-async fn flush_prefix(conn: &mut socialgraph_cache::Conn, prefix: &str) -> anyhow::Result<()> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
-    if !keys.is_empty() {
-        let _: i64 = redis::cmd("DEL").arg(keys).query_async(conn).await?;
-    }
-    Ok(())
 }
 
 /// Waits until every list of `users` is cached (reads fill in the background) and equal to
