@@ -107,7 +107,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
 
     let cache = cache_settings(&mesh.topics.relation);
     let keys = Keys::new(cache.key_prefix.clone());
-    let mut cache_conn = raw_redis_conn(&cache.url).await?;
+    let cache_conn = raw_redis_conn(&cache.url).await?;
     let users = sample(&by_followings, a.reads, 1);
     let others: Vec<Vec<i64>> = {
         let mut rng = StdRng::seed_from_u64(2);
@@ -206,7 +206,9 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     let pool = mesh.db.conn.get_postgres_connection_pool().clone();
     let (raw_page_redis, raw_batch_redis, raw_page_pg, raw_batch_pg) =
         crate::raw::baselines(&cache_conn, &pool, &keys, true, &users, &others).await?;
-    let _: () = redis::cmd("PING").query_async(&mut cache_conn).await?;
+    let set_keys: Vec<String> = users.iter().map(|u| keys.following(*u)).collect();
+    progress("the floor: a bare tonic server doing the same raw reads");
+    let floor_rows = crate::floor::cache_rows(&cache_conn, &cache.url, &pool, &users, &set_keys).await?;
     let falkor = if a.falkordb_url.is_empty() {
         None
     } else {
@@ -281,6 +283,15 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
             ),
         ],
     );
+    let floor_pairs: Vec<(&str, &Hist, &Hist)> = floor_rows.rows.iter().map(|(what, bare, raw)| (*what, bare, raw)).collect();
+    print_table(
+        "the floor: a bare tonic server (no layers, no spans) doing the raw read, one client",
+        "bare tonic",
+        "raw",
+        &latency_rows(&floor_pairs),
+        &["the smallest ratio a gRPC read of each kind can reach on this machine; compare the first row with the services' health check above"
+            .into()],
+    );
     followers.report(&path, graph.edges.len(), a.reads);
     joins.report(a.reads);
     match &falkor {
@@ -299,6 +310,9 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     summarize("following page, warm cache: p99 (vs raw ZREVRANGE)", ms(&page_warm, 0.99), ms(&raw_page_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("BatchGetRelationships(100), warm: p99 (vs raw ZMSCORE)", ms(&batch_warm, 0.99), ms(&raw_batch_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("following page, cold cache: p99 (vs raw PostgreSQL)", ms(&page_cold, 0.99), ms(&raw_page_pg, 0.99), "ms", "<= 2x raw PostgreSQL");
+    for (label, bare, raw) in &floor_rows.rows[1..] {
+        summarize(format!("floor: {label}: p99"), ms(bare, 0.99), ms(raw, 0.99), "ms", "the least a gRPC read reaches");
+    }
     summarize("cache hit ratio after warm-up (following)", hit_ratio * 100.0, 0.0, "%", ">= 95 %");
     Ok(())
 }

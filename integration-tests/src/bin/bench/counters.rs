@@ -135,7 +135,7 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     let mut conn = bench_redis().await?;
     let (get, mget) = redis_reads(&mut conn, a).await?;
     progress("GET and MGET of 100 keys from redis-rs (the service's client library and pool)");
-    let (rs_get, rs_mget) = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size).await?;
+    let rs = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size).await?;
 
     // Last (its background checks outlive the run): every user's check due at once, as right
     // after counters are created or 300 s after a read of every user.
@@ -144,14 +144,27 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     set_check_keys(m, a.users, false).await?;
     let due = counter_reads(&m.counter, a, 9).await?;
 
-    print_reads(a, &ReadResults { create, resting, check_off, due, get, mget, rs_get, rs_mget });
+    print_reads(a, &ReadResults { create, resting, check_off, due, get, mget, rs });
     Ok(())
+}
+
+/// The raw side of the counter read ratios and its floor.
+struct RedisRs {
+    /// GET from redis-rs.
+    get: Run,
+    /// MGET of 100 from redis-rs.
+    mget: Run,
+    /// The same GETs through a bare tonic server ([`crate::floor`]).
+    bare_get: Run,
+    /// The same MGETs through a bare tonic server.
+    bare_mget: Run,
 }
 
 /// GET of one and MGET of 100 random 20-byte keys from redis-rs over a bb8 pool of
 /// `pool_size` (counter-svc's client library and pool), `a.concurrency` callers: the raw side
-/// of the counter read ratios.
-async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs, pool_size: u32) -> anyhow::Result<(Run, Run)> {
+/// of the counter read ratios; then the same through a bare tonic server on [`CHANNELS`]
+/// connections, the most a gRPC read of one Redis command can reach here.
+async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs, pool_size: u32) -> anyhow::Result<RedisRs> {
     let bp = bench_prefix();
     for chunk in (0..a.users).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
@@ -185,8 +198,27 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
         }
     })
     .await;
+    let bare = crate::floor::Bare::start(crate::floor::redis_op(pool))?;
+    let mut clients = Vec::with_capacity(CHANNELS);
+    for _ in 0..CHANNELS {
+        clients.push(bare.client().await?);
+    }
+    let (cl, b) = (clients.clone(), bp.clone());
+    let bare_get = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let (c, key) = (cl[w % cl.len()].clone(), format!("get:{b}u:{}", mix(i as u64) % users));
+        async move { crate::floor::check(&c, key).await }
+    })
+    .await;
+    let b = bp.clone();
+    let bare_mget = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
+        let keys: Vec<String> = (0..100u64).map(|k| format!("{b}u:{}", mix(i as u64 * 131 + k) % users)).collect();
+        let (c, asked) = (clients[w % clients.len()].clone(), format!("mget:{}", keys.join(" ")));
+        async move { crate::floor::check(&c, asked).await }
+    })
+    .await;
+    drop(bare);
     delete_prefix(conn, &bp).await?;
-    Ok((get, mget))
+    Ok(RedisRs { get, mget, bare_get, bare_mget })
 }
 
 /// redis-benchmark GET of one and MGET of 100 random keys of 20 bytes, one per user, written
@@ -252,10 +284,8 @@ struct ReadResults {
     due: Reads,
     get: RedisBench,
     mget: RedisBench,
-    /// GET from redis-rs.
-    rs_get: Run,
-    /// MGET of 100 from redis-rs.
-    rs_mget: Run,
+    /// GET and MGET from redis-rs, straight and through a bare tonic server.
+    rs: RedisRs,
 }
 
 fn print_reads(a: &CountersArgs, r: &ReadResults) {
@@ -282,10 +312,12 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             row("BatchGet(100) p99, checks due", batch_due.p99(), mget.p99, "ms"),
             row("Get req/s, checks due", single_due.rate(), get.rps, "/s"),
             row("Get p99, checks due", single_due.p99(), get.p99, "ms"),
-            row("Get req/s vs GET from redis-rs", single.rate(), r.rs_get.rate(), "/s"),
-            row("Get p99 vs GET from redis-rs", single.p99(), r.rs_get.p99(), "ms"),
-            row("BatchGet(100) req/s vs MGET from redis-rs", batch.rate(), r.rs_mget.rate(), "/s"),
-            row("BatchGet(100) p99 vs MGET from redis-rs", batch.p99(), r.rs_mget.p99(), "ms"),
+            row("Get req/s vs GET from redis-rs", single.rate(), r.rs.get.rate(), "/s"),
+            row("Get p99 vs GET from redis-rs", single.p99(), r.rs.get.p99(), "ms"),
+            row("BatchGet(100) req/s vs MGET from redis-rs", batch.rate(), r.rs.mget.rate(), "/s"),
+            row("BatchGet(100) p99 vs MGET from redis-rs", batch.p99(), r.rs.mget.p99(), "ms"),
+            row("floor: bare tonic + GET req/s vs GET from redis-rs", r.rs.bare_get.rate(), r.rs.get.rate(), "/s"),
+            row("floor: bare tonic + MGET(100) req/s vs MGET from redis-rs", r.rs.bare_mget.rate(), r.rs.mget.rate(), "/s"),
         ],
         &[
             "raw = redis-benchmark -c 32 on the same Redis: MGET of 100 random keys of 20 bytes (-n 100000) and GET of one \
@@ -306,12 +338,16 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             single_nc.describe("Get check off"),
             batch_due.describe("BatchGet checks due"),
             single_due.describe("Get checks due"),
-            r.rs_get.describe("GET from redis-rs"),
-            r.rs_mget.describe("MGET(100) from redis-rs"),
+            r.rs.get.describe("GET from redis-rs"),
+            r.rs.mget.describe("MGET(100) from redis-rs"),
+            r.rs.bare_get.describe("GET through a bare tonic server (no layers, 8 connections)"),
+            r.rs.bare_mget.describe("MGET(100) through a bare tonic server"),
         ],
     );
-    summarize("GetUserCounters (vs GET, redis-rs)", single.rate(), r.rs_get.rate(), "/s", ">= 0.6x");
-    summarize("BatchGetUserCounters(100) (vs MGET of 100)", batch.rate(), r.rs_mget.rate(), "/s", ">= 0.6x");
+    summarize("GetUserCounters (vs GET, redis-rs)", single.rate(), r.rs.get.rate(), "/s", ">= 0.6x");
+    summarize("BatchGetUserCounters(100) (vs MGET of 100)", batch.rate(), r.rs.mget.rate(), "/s", ">= 0.6x");
+    summarize("floor: bare tonic server + GET (vs GET)", r.rs.bare_get.rate(), r.rs.get.rate(), "/s", "the most a gRPC read reaches");
+    summarize("floor: bare tonic server + MGET(100) (vs MGET)", r.rs.bare_mget.rate(), r.rs.mget.rate(), "/s", "the most a gRPC read reaches");
 }
 
 /// Writes `users` counters under a bench prefix (the service's buckets, or one hash of five

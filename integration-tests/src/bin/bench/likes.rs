@@ -65,6 +65,8 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     // Raw 2: the same EVALSHA from this process (redis-rs), the Like run's pairs, 4 connections.
     progress("EVALSHA of the toggle script from redis-rs, the same pairs");
     let direct = toggle_direct(a, &scripts, &pairs, bp).await?;
+    progress("the same through a bare tonic server (the floor of any gRPC call)");
+    let bare = toggle_bare(a, &scripts, &pairs, &format!("{bp}floor:")).await?;
     delete_prefix(&mut conn, bp).await?;
 
     // Raw 3: one record per produce request, what each Like waits on after its toggle.
@@ -72,6 +74,8 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let produce = produce_singles(a).await?;
 
     summarize(format!("Like ({} callers)", a.concurrency), like.rate(), direct.rate(), "/s", ">= 0.6x");
+    summarize("floor: bare tonic server + the raw toggle", bare.rate(), direct.rate(), "/s", "the most a gRPC call reaches");
+    println!("  {}", bare.describe("floor: the raw toggle inside a bare tonic server's call (no layers, 8 connections)"));
     print_likes(a, &LikeResults { like, publish_failures, eval, direct, produce });
     entity_counts(m, a, &clients, bp, &mut conn).await?;
     movielens::run(m, a, &clients, bp, &mut conn).await
@@ -129,8 +133,20 @@ async fn toggle_benchmark(
     Ok(eval)
 }
 
-/// The service's Redis round trip of a Like (ZADD to the pending-entity index and the toggle
-/// script, one pipeline) from redis-rs on 4 multiplexed connections, for the Like run's pairs.
+/// The service's Redis round trip of one Like (ZADD to the pending-entity index and the toggle
+/// script, one pipeline) under the key prefix `bp`; fails unless the toggle changed the fact.
+async fn toggle_once(mut conn: redis::aio::MultiplexedConnection, toggle: &redis::Script, bp: &str, actor: i64, entity: i64) -> anyhow::Result<()> {
+    let k = Keys::new(bp.to_owned()).entity("post", entity);
+    let (small, bytes) = socialgraph_cache::entities::actor_args(actor);
+    let mut pipe = redis::pipe();
+    pipe.zadd(Keys::new(bp.to_owned()).pending_entities(), format!("post:{entity}"), 1).ignore();
+    pipe.invoke_script(toggle.key(toggle_keys(&k)).arg(1).arg(small).arg(bytes.as_slice()).arg(1).arg(format!("{actor}|0|1|1|0|")));
+    let ((changed, _seq),): ((i64, i64),) = pipe.query_async(&mut conn).await?;
+    anyhow::ensure!(changed == 1, "raw toggle changed nothing");
+    Ok(())
+}
+
+/// [`toggle_once`] from redis-rs on 4 multiplexed connections, for the Like run's pairs.
 async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
     let mut rconns = Vec::new();
     for _ in 0..4 {
@@ -139,21 +155,39 @@ async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(
     let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
     let toggle = Arc::new(scripts.toggle.clone());
     Ok(closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
-        let mut conn = rconns[w % rconns.len()].clone();
-        let (actor, entity) = pp[i];
-        let k = Keys::new(bpx.clone()).entity("post", entity);
-        let bpx2 = bpx.clone();
-        let toggle = Arc::clone(&toggle);
-        async move {
-            let (small, bytes) = socialgraph_cache::entities::actor_args(actor);
-            // The service's round trip: the pending-entity index, then the toggle script.
-            let mut pipe = redis::pipe();
-            pipe.zadd(Keys::new(bpx2).pending_entities(), format!("post:{entity}"), 1).ignore();
-            pipe.invoke_script(toggle.key(toggle_keys(&k)).arg(1).arg(small).arg(bytes.as_slice()).arg(1).arg(format!("{actor}|0|1|1|0|")));
-            let ((changed, _seq),): ((i64, i64),) = pipe.query_async(&mut conn).await?;
-            anyhow::ensure!(changed == 1, "raw toggle changed nothing");
-            Ok(())
-        }
+        let (conn, (actor, entity)) = (rconns[w % rconns.len()].clone(), pp[i]);
+        let (bpx, toggle) = (bpx.clone(), Arc::clone(&toggle));
+        async move { toggle_once(conn, &toggle, &bpx, actor, entity).await }
+    })
+    .await)
+}
+
+/// [`toggle_once`] inside the call of a bare tonic server ([`crate::floor`]) on the same 4
+/// connections' pattern, from 8 client connections: the most a gRPC Like can reach here.
+async fn toggle_bare(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
+    let mut rconns = Vec::new();
+    for _ in 0..4 {
+        rconns.push(bench_redis().await?);
+    }
+    let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
+    let toggle = Arc::new(scripts.toggle.clone());
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let op: crate::floor::RawOp = Arc::new(move |asked: String| {
+        let conn = rconns[next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % rconns.len()].clone();
+        let (pp, bpx, toggle) = (Arc::clone(&pp), bpx.clone(), Arc::clone(&toggle));
+        Box::pin(async move {
+            let (actor, entity) = *pp.get(asked.parse::<usize>()?).ok_or_else(|| anyhow::anyhow!("no pair {asked}"))?;
+            toggle_once(conn, &toggle, &bpx, actor, entity).await
+        })
+    });
+    let bare = crate::floor::Bare::start(op)?;
+    let mut clients = Vec::new();
+    for _ in 0..crate::load::CHANNELS {
+        clients.push(bare.client().await?);
+    }
+    Ok(closed_loop(a.concurrency, pairs.len(), Duration::from_secs(a.secs), move |w, i| {
+        let c = clients[w % clients.len()].clone();
+        async move { crate::floor::check(&c, i.to_string()).await }
     })
     .await)
 }

@@ -22,6 +22,7 @@ mod cache_joins;
 mod counters;
 mod falkordb;
 mod feeds;
+mod floor;
 mod idle;
 mod import;
 mod likes;

@@ -44,6 +44,8 @@ async fn follows(a: &RelationArgs) -> anyhow::Result<()> {
     let (raw, sync_commit) = follow_raw(&edges, a.concurrency, max_time).await?;
     progress("raw transaction plus the RPC's other steps (pre-read, Redis token bucket), in process");
     let steps = follow_raw_steps(&edges, a.concurrency, max_time).await?;
+    progress("raw transaction through a bare tonic server (the floor of any gRPC write)");
+    let bare = follow_bare(&edges, a.concurrency, max_time).await?;
     print_table(
         &format!("Follow: {} random distinct edges, concurrency {}", a.follows, a.concurrency),
         "Follow RPC",
@@ -58,6 +60,8 @@ async fn follows(a: &RelationArgs) -> anyhow::Result<()> {
             row("raw + pre-read + token bucket /s", steps.rate(), raw.rate(), "/s"),
             row("raw + pre-read + token bucket p50", steps.p50(), raw.p50(), "ms"),
             row("raw + pre-read + token bucket p99", steps.p99(), raw.p99(), "ms"),
+            row("floor: bare tonic + raw tx /s", bare.rate(), raw.rate(), "/s"),
+            row("floor: bare tonic + raw tx p99", bare.p99(), raw.p99(), "ms"),
         ],
         &[
             format!(
@@ -73,10 +77,12 @@ async fn follows(a: &RelationArgs) -> anyhow::Result<()> {
             rpc_no_relay.describe("RPC relay off"),
             raw.describe("raw"),
             steps.describe("raw + pre-read + token bucket (the service's own TokenBucket, Redis pool of 16, no gRPC)"),
+            bare.describe("floor: the raw transaction inside a bare tonic server's call (no layers, 8 connections)"),
         ],
     );
     summarize(format!("Follow, PostgreSQL ({} callers)", a.concurrency), rpc.rate(), raw.rate(), "/s", ">= 0.8x");
     summarize("Follow p99", rpc.p99(), raw.p99(), "ms", "");
+    summarize("floor: bare tonic server + raw tx", bare.rate(), raw.rate(), "/s", "the most a gRPC write reaches");
     Ok(())
 }
 
@@ -202,6 +208,36 @@ async fn follow_raw(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time: 
     pool.close().await.ok();
     db.drop_db().await?;
     Ok((run, sync_commit))
+}
+
+/// The raw transaction inside the call of a bare tonic server ([`crate::floor`]), on a fresh
+/// database, from [`CHANNELS`] connections.
+async fn follow_bare(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time: Duration) -> anyhow::Result<Run> {
+    let db = TestDb::create(Backend::Postgres).await?;
+    let pool = socialgraph_storage::connect(&db.url, service_pool_size()).await?;
+    let (e, p) = (Arc::clone(edges), pool.clone());
+    let op: crate::floor::RawOp = Arc::new(move |asked: String| {
+        let (e, pool) = (Arc::clone(&e), p.clone());
+        Box::pin(async move {
+            let i: usize = asked.parse()?;
+            let (f, t) = *e.get(i).ok_or_else(|| anyhow::anyhow!("no edge {i}"))?;
+            raw_follow_tx(&pool, f, t, i as u64).await
+        })
+    });
+    let bare = crate::floor::Bare::start(op)?;
+    let mut clients = Vec::with_capacity(CHANNELS);
+    for _ in 0..CHANNELS {
+        clients.push(bare.client().await?);
+    }
+    let run = closed_loop(concurrency, edges.len(), max_time, move |w, i| {
+        let c = clients[w % clients.len()].clone();
+        async move { crate::floor::check(&c, i.to_string()).await }
+    })
+    .await;
+    drop(bare);
+    pool.close().await.ok();
+    db.drop_db().await?;
+    Ok(run)
 }
 
 /// The RPC's steps without gRPC: the pre-read outside the transaction, the service's Redis
