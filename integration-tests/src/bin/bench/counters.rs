@@ -199,10 +199,7 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
     })
     .await;
     let bare = crate::floor::Bare::start(crate::floor::redis_op(pool))?;
-    let mut clients = Vec::with_capacity(CHANNELS);
-    for _ in 0..CHANNELS {
-        clients.push(bare.client().await?);
-    }
+    let clients = bare.clients(CHANNELS).await?;
     let (cl, b) = (clients.clone(), bp.clone());
     let bare_get = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |w, i| {
         let (c, key) = (cl[w % cl.len()].clone(), format!("get:{b}u:{}", mix(i as u64) % users));

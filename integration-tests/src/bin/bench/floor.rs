@@ -112,6 +112,16 @@ impl Bare {
     pub(crate) async fn client(&self) -> anyhow::Result<HealthClient<Channel>> {
         Ok(HealthClient::new(Channel::from_shared(format!("http://{}", self.addr))?.connect().await?))
     }
+
+    /// `n` clients, each on a connection of its own (a channel's clones share one HTTP/2
+    /// connection).
+    pub(crate) async fn clients(&self, n: usize) -> anyhow::Result<Vec<HealthClient<Channel>>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.client().await?);
+        }
+        Ok(out)
+    }
 }
 
 impl Drop for Bare {

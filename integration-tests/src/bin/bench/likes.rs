@@ -146,12 +146,18 @@ async fn toggle_once(mut conn: redis::aio::MultiplexedConnection, toggle: &redis
     Ok(())
 }
 
+/// `n` multiplexed connections to the bench's Redis.
+async fn redis_conns(n: usize) -> anyhow::Result<Vec<redis::aio::MultiplexedConnection>> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(bench_redis().await?);
+    }
+    Ok(conns)
+}
+
 /// [`toggle_once`] from redis-rs on 4 multiplexed connections, for the Like run's pairs.
 async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
-    let mut rconns = Vec::new();
-    for _ in 0..4 {
-        rconns.push(bench_redis().await?);
-    }
+    let rconns = redis_conns(4).await?;
     let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
     let toggle = Arc::new(scripts.toggle.clone());
     Ok(closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
@@ -165,10 +171,7 @@ async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(
 /// [`toggle_once`] inside the call of a bare tonic server ([`crate::floor`]) on the same 4
 /// connections' pattern, from 8 client connections: the most a gRPC Like can reach here.
 async fn toggle_bare(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
-    let mut rconns = Vec::new();
-    for _ in 0..4 {
-        rconns.push(bench_redis().await?);
-    }
+    let rconns = redis_conns(4).await?;
     let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
     let toggle = Arc::new(scripts.toggle.clone());
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -181,10 +184,7 @@ async fn toggle_bare(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i6
         })
     });
     let bare = crate::floor::Bare::start(op)?;
-    let mut clients = Vec::new();
-    for _ in 0..crate::load::CHANNELS {
-        clients.push(bare.client().await?);
-    }
+    let clients = bare.clients(crate::load::CHANNELS).await?;
     Ok(closed_loop(a.concurrency, pairs.len(), Duration::from_secs(a.secs), move |w, i| {
         let c = clients[w % clients.len()].clone();
         async move { crate::floor::check(&c, i.to_string()).await }

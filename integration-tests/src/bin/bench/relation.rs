@@ -225,10 +225,7 @@ async fn follow_bare(edges: &Arc<Vec<(i64, i64)>>, concurrency: usize, max_time:
         })
     });
     let bare = crate::floor::Bare::start(op)?;
-    let mut clients = Vec::with_capacity(CHANNELS);
-    for _ in 0..CHANNELS {
-        clients.push(bare.client().await?);
-    }
+    let clients = bare.clients(CHANNELS).await?;
     let run = closed_loop(concurrency, edges.len(), max_time, move |w, i| {
         let c = clients[w % clients.len()].clone();
         async move { crate::floor::check(&c, i.to_string()).await }
