@@ -74,9 +74,8 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let produce = produce_singles(a).await?;
 
     summarize(format!("Like ({} callers)", a.concurrency), like.rate(), direct.rate(), "/s", ">= 0.6x");
-    summarize("floor: bare tonic server + the raw toggle", bare.rate(), direct.rate(), "/s", "the most a gRPC call reaches");
-    println!("  {}", bare.describe("floor: the raw toggle inside a bare tonic server's call (no layers, 8 connections)"));
-    print_likes(a, &LikeResults { like, publish_failures, eval, direct, produce });
+    summarize("floor: bare tonic server + the raw toggle", bare.rate(), direct.rate(), "/s", "about the most a gRPC call reaches");
+    print_likes(a, &LikeResults { like, publish_failures, eval, direct, bare, produce });
     entity_counts(m, a, &clients, bp, &mut conn).await?;
     movielens::run(m, a, &clients, bp, &mut conn).await
 }
@@ -168,28 +167,26 @@ async fn toggle_direct(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(
     .await)
 }
 
-/// [`toggle_once`] inside the call of a bare tonic server ([`crate::floor`]) on the same 4
-/// connections' pattern, from 8 client connections: the most a gRPC Like can reach here.
+/// [`toggle_once`] inside the call of a bare tonic server ([`crate::floor`]) on 4 connections
+/// opened on the server's runtime, from [`crate::load::CHANNELS`] client connections: about the
+/// most a gRPC Like reaches here.
 async fn toggle_bare(a: &LikesArgs, scripts: &EntityScripts, pairs: &Arc<Vec<(i64, i64)>>, bp: &str) -> anyhow::Result<Run> {
-    let rconns = redis_conns(4).await?;
     let (pp, bpx) = (Arc::clone(pairs), bp.to_owned());
     let toggle = Arc::new(scripts.toggle.clone());
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let op: crate::floor::RawOp = Arc::new(move |asked: String| {
-        let conn = rconns[next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % rconns.len()].clone();
-        let (pp, bpx, toggle) = (Arc::clone(&pp), bpx.clone(), Arc::clone(&toggle));
-        Box::pin(async move {
-            let (actor, entity) = *pp.get(asked.parse::<usize>()?).ok_or_else(|| anyhow::anyhow!("no pair {asked}"))?;
-            toggle_once(conn, &toggle, &bpx, actor, entity).await
-        })
-    });
-    let bare = crate::floor::Bare::start(op)?;
-    let clients = bare.clients(crate::load::CHANNELS).await?;
-    Ok(closed_loop(a.concurrency, pairs.len(), Duration::from_secs(a.secs), move |w, i| {
-        let c = clients[w % clients.len()].clone();
-        async move { crate::floor::check(&c, i.to_string()).await }
-    })
-    .await)
+    let make = move || async move {
+        let rconns = redis_conns(4).await?;
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let op: crate::floor::RawOp = Arc::new(move |asked: String| {
+            let conn = rconns[next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % rconns.len()].clone();
+            let (pp, bpx, toggle) = (Arc::clone(&pp), bpx.clone(), Arc::clone(&toggle));
+            Box::pin(async move {
+                let (actor, entity) = *pp.get(asked.parse::<usize>()?).ok_or_else(|| anyhow::anyhow!("no pair {asked}"))?;
+                toggle_once(conn, &toggle, &bpx, actor, entity).await
+            })
+        });
+        Ok(op)
+    };
+    crate::floor::closed_loop(make, a.concurrency, pairs.len(), Duration::from_secs(a.secs), |i| i.to_string()).await
 }
 
 /// rskafka produce requests of one record each to a fresh topic.
@@ -221,6 +218,8 @@ struct LikeResults {
     publish_failures: f64,
     eval: RedisBench,
     direct: Run,
+    /// The same toggles through a bare tonic server ([`crate::floor`]).
+    bare: Run,
     produce: Run,
 }
 
@@ -236,6 +235,7 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
             row("p99 vs redis-benchmark EVALSHA", like.p99(), eval.p99, "ms"),
             row("Like/s vs ZADD + EVALSHA from redis-rs", like.rate(), direct.rate(), "/s"),
             row("p99 vs ZADD + EVALSHA from redis-rs", like.p99(), direct.p99(), "ms"),
+            row("floor: bare tonic + ZADD + EVALSHA /s vs redis-rs", r.bare.rate(), direct.rate(), "/s"),
             row("Like/s vs rskafka produce(1 record)", like.rate(), produce.rate(), "/s"),
             row("p50 vs rskafka produce(1 record)", like.p50(), produce.p50(), "ms"),
             row("p99 vs rskafka produce(1 record)", like.p99(), produce.p99(), "ms"),
@@ -246,6 +246,7 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
              entity per call (each __rand_int__ independently), fixed actor"
                 .into(),
             direct.describe("EVALSHA from redis-rs (same pairs, 4 multiplexed connections)"),
+            r.bare.describe(&format!("floor: the same inside a bare tonic server's call (no layers, {} connections)", crate::load::CHANNELS)),
             produce.describe("rskafka produce, 1 record of 90 bytes per request, Lz4, 4 partitions"),
         ],
     );

@@ -7,14 +7,21 @@ use sea_orm::sqlx::PgPool;
 use crate::cache::{none, timed};
 use crate::report::Hist;
 
-/// `ZREVRANGE key 0 50 WITHSCORES` on each of `keys` (a page of 50 and its lookahead).
+/// A following page of 50 and its lookahead on PostgreSQL, newest first (`$1` = the follower).
+pub(crate) const FOLLOWING_PAGE_SQL: &str = "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND state = 1 \
+                                             ORDER BY followed_at_ms DESC, followee_id DESC LIMIT 51";
+
+/// `ZREVRANGE key 0 50 WITHSCORES`: a page of 50 of a cached list and its lookahead.
+pub(crate) async fn zrevrange<C: redis::aio::ConnectionLike + Send>(conn: &mut C, key: &str) -> redis::RedisResult<()> {
+    let _: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE").arg(key).arg(0).arg(50).arg("WITHSCORES").query_async(conn).await?;
+    Ok(())
+}
+
+/// [`zrevrange`] on each of `keys`.
 pub(crate) async fn pages(conn: &MultiplexedConnection, keys: &[String]) -> anyhow::Result<Hist> {
     timed(keys.len(), none, |i| {
         let (mut conn, key) = (conn.clone(), keys[i].clone());
-        async move {
-            let _: Vec<(Vec<u8>, f64)> = redis::cmd("ZREVRANGE").arg(key).arg(0).arg(50).arg("WITHSCORES").query_async(&mut conn).await?;
-            anyhow::Ok(())
-        }
+        async move { Ok(zrevrange(&mut conn, &key).await?) }
     })
     .await
 }
@@ -63,11 +70,7 @@ pub(crate) async fn baselines(
 ) -> anyhow::Result<(Hist, Hist, Hist, Hist)> {
     let set_keys: Vec<String> = users.iter().map(|u| keys.list(following, *u)[0].clone()).collect();
     let (page_sql, ids_sql) = if following {
-        (
-            "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND state = 1 \
-             ORDER BY followed_at_ms DESC, followee_id DESC LIMIT 51",
-            "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND followee_id = ANY($2) AND state = 1",
-        )
+        (FOLLOWING_PAGE_SQL, "SELECT followee_id, followed_at_ms FROM following WHERE follower_id = $1 AND followee_id = ANY($2) AND state = 1")
     } else {
         (
             "SELECT follower_id, followed_at_ms FROM follower WHERE followee_id = $1 AND state = 1 \
