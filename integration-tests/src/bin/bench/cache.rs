@@ -290,7 +290,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         "bare tonic",
         "raw",
         &latency_rows(&floor_pairs),
-        &["the smallest ratio a gRPC read of each kind can reach on this machine; compare the first row with the services' health check above"
+        &["about the best ratio a gRPC read of each kind reaches on this machine; compare the first row with the services' health check above"
             .into()],
     );
     followers.report(&path, graph.edges.len(), a.reads);
