@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_domain::{timestamp_from_ms, timestamp_to_ms};
-use socialgraph_integration_tests::{admin, relation_on};
+use socialgraph_integration_tests::{admin, relation_config, relation_on, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::*;
 use socialgraph_testkit::Backend;
@@ -60,7 +60,7 @@ fn newest_first(mut v: Vec<(i64, i64)>) -> Vec<i64> {
 }
 
 async fn reads_match_brute_force(backend: Backend) -> anyhow::Result<()> {
-    let (db, svc, _topic) = relation_on(backend, |_| {}).await?;
+    let (db, svc, topic) = relation_on(backend, |_| {}).await?;
     let mut client = svc.client().await?;
     let mut rng = StdRng::seed_from_u64(42);
     // Few distinct timestamps, so ties between follow times are common.
@@ -125,15 +125,25 @@ async fn reads_match_brute_force(backend: Backend) -> anyhow::Result<()> {
         assert_eq!(got, familiar, "familiar followers of {b} for viewer {a}");
     }
 
-    let others: Vec<i64> = (1..=60).chain([61, 5]).collect();
-    let rels = client.batch_get_relationships(BatchGetRelationshipsRequest { user_id: 5, other_user_ids: others.clone() }).await?.into_inner();
-    assert_eq!(rels.relationships.len(), others.len());
-    for (o, r) in others.iter().zip(&rels.relationships) {
-        assert_eq!(r.other_user_id, *o, "request order");
-        assert_eq!(r.following, truth.contains_key(&(5, *o)));
-        assert_eq!(r.followed_by, truth.contains_key(&(*o, 5)));
-        assert_eq!(r.followed_at.as_ref().map(timestamp_to_ms), truth.get(&(5, *o)).copied());
+    // Relationships from the caches, then from the database alone (an instance without the
+    // cache Redis: both directions of the batched edge read), each against the truth.
+    let mut plain_config = relation_config(&db.url, &topic);
+    plain_config.cache.url = String::new();
+    let plain = spawn_relation(plain_config).await?;
+    let others: Vec<i64> = (1..=60).chain([61, 5, 7]).collect();
+    for (source, mut c) in [("cache", client.clone()), ("database", plain.client().await?)] {
+        for user in [5, 7] {
+            let rels = c.batch_get_relationships(BatchGetRelationshipsRequest { user_id: user, other_user_ids: others.clone() }).await?.into_inner();
+            assert_eq!(rels.relationships.len(), others.len());
+            for (o, r) in others.iter().zip(&rels.relationships) {
+                assert_eq!(r.other_user_id, *o, "request order ({source})");
+                assert_eq!(r.following, truth.contains_key(&(user, *o)), "{user} follows {o} ({source})");
+                assert_eq!(r.followed_by, truth.contains_key(&(*o, user)), "{o} follows {user} ({source})");
+                assert_eq!(r.followed_at.as_ref().map(timestamp_to_ms), truth.get(&(user, *o)).copied(), "{user} → {o} ({source})");
+            }
+        }
     }
+    plain.stop().await?;
 
     // ScanEdges walks the whole table in key order, resumable from its cursor.
     let mut stream = client.scan_edges(admin(ScanEdgesRequest { page_size: 100, limit: 300, ..Default::default() })).await?.into_inner();

@@ -317,12 +317,16 @@ pub async fn count<C: ConnectionTrait>(conn: &C, table: EdgeTable, col: Col, use
 }
 
 /// The `following` rows between `user_id` and each of `peers`, in one direction: with
-/// `outgoing` the edges user → peer, else peer → user. One `IN` list on top of the user's id,
-/// so the primary key (outgoing) or the followee index (incoming) answers it.
+/// `outgoing` the edges user → peer, else peer → user. On PostgreSQL the peers travel as one
+/// array ([`crate::pg_bulk`]); elsewhere as an `IN` list on top of the user's id. Either
+/// direction is one primary-key probe per peer.
 ///
 /// # Errors
 /// Database failure.
 pub async fn between<C: ConnectionTrait>(conn: &C, user_id: i64, peers: &[i64], outgoing: bool) -> Result<Vec<Edge>, DbErr> {
+    if crate::pg_bulk::is_postgres(conn) {
+        return crate::pg_bulk::edges_between(conn, user_id, peers, outgoing).await;
+    }
     let (owner, peer) = if outgoing { (Col::FollowerId, Col::FolloweeId) } else { (Col::FolloweeId, Col::FollowerId) };
     let mut out = Vec::with_capacity(peers.len());
     for chunk in peers.chunks(MAX_TUPLES_PER_QUERY) {

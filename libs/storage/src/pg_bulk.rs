@@ -47,6 +47,20 @@ pub(crate) async fn get_edges<C: ConnectionTrait>(conn: &C, table: EdgeTable, pa
     query(conn, pairs.len(), &sql, pair_arrays(pairs)).await?.iter().map(edge_from_row).collect()
 }
 
+/// `following`'s edges between `user_id` and each of `peers`, in no particular order: with
+/// `outgoing` user → peer, else peer → user. Either way one probe of the primary key
+/// (follower_id, followee_id) per peer; the array keeps the statement's text and generic plan
+/// the same for any batch (measured on Slashdot, 100 peers of the most followed account:
+/// 0.09 ms executing and 0.01 ms planning, against about 1 ms planning 100 placeholders).
+pub(crate) async fn edges_between<C: ConnectionTrait>(conn: &C, user_id: i64, peers: &[i64], outgoing: bool) -> Result<Vec<Edge>, DbErr> {
+    const OUTGOING: &str = "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM following \
+        WHERE follower_id = $2 AND followee_id = ANY($1)";
+    const INCOMING: &str = "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM following \
+        WHERE followee_id = $2 AND follower_id = ANY($1)";
+    let sql = if outgoing { OUTGOING } else { INCOMING };
+    query(conn, peers.len(), sql, vec![peers.to_vec().into(), user_id.into()]).await?.iter().map(edge_from_row).collect()
+}
+
 /// The pairs among `pairs` whose `following` row is marked blocked.
 pub(crate) async fn blocked_pairs<C: ConnectionTrait>(conn: &C, pairs: &[(i64, i64)]) -> Result<Vec<(i64, i64)>, DbErr> {
     const SQL: &str = "SELECT t.follower_id, t.followee_id FROM following AS t \
