@@ -51,14 +51,14 @@ pub(crate) async fn get_edges<C: ConnectionTrait>(conn: &C, table: EdgeTable, pa
 /// `outgoing` user → peer, else peer → user. Either way one probe of the primary key
 /// (follower_id, followee_id) per peer; the array keeps the statement's text and generic plan
 /// the same for any batch (measured on Slashdot, 100 peers of the most followed account:
-/// 0.09 ms executing and 0.01 ms planning, against about 1 ms planning 100 placeholders).
+/// 0.09 ms executing and 0.01 ms planning, against 1.04 ms planning the same peers as an `IN`
+/// list of values).
 pub(crate) async fn edges_between<C: ConnectionTrait>(conn: &C, user_id: i64, peers: &[i64], outgoing: bool) -> Result<Vec<Edge>, DbErr> {
-    const OUTGOING: &str = "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM following \
-        WHERE follower_id = $2 AND followee_id = ANY($1)";
-    const INCOMING: &str = "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM following \
-        WHERE followee_id = $2 AND follower_id = ANY($1)";
-    let sql = if outgoing { OUTGOING } else { INCOMING };
-    query(conn, peers.len(), sql, vec![peers.to_vec().into(), user_id.into()]).await?.iter().map(edge_from_row).collect()
+    let (owner, peer) = if outgoing { ("follower_id", "followee_id") } else { ("followee_id", "follower_id") };
+    let sql = format!(
+        "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM following WHERE {owner} = $2 AND {peer} = ANY($1)"
+    );
+    query(conn, peers.len(), &sql, vec![peers.to_vec().into(), user_id.into()]).await?.iter().map(edge_from_row).collect()
 }
 
 /// The pairs among `pairs` whose `following` row is marked blocked.

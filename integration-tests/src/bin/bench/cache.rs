@@ -169,12 +169,12 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     };
     let page_cold = timed(a.reads, &evict, |i| page(&client, users[i])).await?;
     let batch_cold = timed(a.reads, &evict, |i| batch(&client, users[i], others[i].clone())).await?;
-    // The cold rows again on relation-svc instances with other fill settings (same database
-    // and cache Redis, each started with no miss counted): what `cache.fill_slots` and
-    // `cache.fill_after_misses` trade.
     // The cold passes above leave fills running: let them end, so that the variants' reads do
     // not run beside them.
     fills_settled(&mesh.relation).await?;
+    // The cold rows again on relation-svc instances with other fill settings (same database
+    // and cache Redis, each started with no miss counted): what `cache.fill_slots` and
+    // `cache.fill_after_misses` trade.
     let mut variants = Vec::new();
     for (label, slots, after_misses) in
         [("fills from the 2nd miss", FILL_SLOTS, 2), ("1 fill slot", 1, 1), ("fills from the 1st miss", FILL_SLOTS, 1)]
