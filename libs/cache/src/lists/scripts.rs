@@ -149,11 +149,15 @@ end
 ";
 
 /// APPLY: ARGV = window, (member, signed version, score)*. Updates the relationship hash's
-/// entries, then merges into a list that is served or being filled and trims it to the
-/// window; returns the list entries changed (0 when the list is not cached). A set this call
-/// created (the list was empty) gets the hash's lifetime, so it never outlives the hash.
+/// entries (when the user has that hash: one EXISTS, not one HGET per change, for the
+/// accounts that have none), then merges into a list that is served or being filled and trims
+/// it to the window; returns the list entries changed (0 when the list is not cached). A set
+/// this call created (the list was empty) gets the hash's lifetime, so it never outlives the
+/// hash.
 pub const APPLY: &str = r"
-for i = 2, #ARGV, 3 do rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  for i = 2, #ARGV, 3 do rel(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]) end
+end
 local s = state()
 if not s or not (s == 'c' or s == 'w' or string.sub(s, 1, 2) == 'f:') then return 0 end
 if not consistent() then return 0 end
