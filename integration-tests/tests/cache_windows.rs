@@ -177,14 +177,28 @@ async fn fills_and_batches_larger_than_one_part_arrive_whole() -> anyhow::Result
 async fn a_lookup_of_more_members_than_one_slice_answers_each_in_order() -> anyhow::Result<()> {
     // The script reads members in slices of 4,000 (Lua's stack): 9,000 candidates, repeats
     // included, cross two slice boundaries in the window and in the relationship hash.
-    let (cache, _) = fresh(3_000, 20_000).await?;
+    lookups_answer_each_in_order(3_000, 4_000, 2_001, (0..9_000).map(|i| 9_000 - i % 8_500).collect()).await
+}
+
+#[tokio::test]
+async fn a_lookup_of_many_members_in_small_collections_answers_each_in_order() -> anyhow::Result<()> {
+    // A window of 100 and a relationship hash of about 150 entries are small enough to be
+    // listpacks, which the script reads whole for more than 50 members: 300 candidates,
+    // repeats included, below the boundary, inside the window and past the newest entry.
+    lookups_answer_each_in_order(100, 120, 40, (0..300).map(|i| 260 - i % 250).collect()).await
+}
+
+/// Fills a window of `window` from the even ids 2..=2 × `read` with the boundary at
+/// `boundary` (only the even ids above it stay), looks `candidates` up marking the unknown
+/// ones, remembers every third of those as followed, and looks them up again: each answer, in
+/// candidate order, from the window, the relationship hash, or unknown.
+async fn lookups_answer_each_in_order(window: usize, read: i64, boundary: i64, candidates: Vec<i64>) -> anyhow::Result<()> {
+    let (cache, _) = fresh(window, 20_000).await?;
     let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
-    let read: Vec<CachedEdge> = (1..=4_000).map(|i| edge(2 * i, 1, true, 2 * i)).collect();
-    assert!(cache.commit_fill(USER, &nonce, &read, Some((2_001, 1))).await?);
-    // Window: the even ids 2,002..=8,000; everything else is unknown.
-    let candidates: Vec<i64> = (0..9_000).map(|i| 9_000 - i % 8_500).collect();
+    let edges: Vec<CachedEdge> = (1..=read).map(|i| edge(2 * i, 1, true, 2 * i)).collect();
+    assert!(cache.commit_fill(USER, &nonce, &edges, Some((boundary, 1))).await?);
     let expect = |c: i64, remembered: bool| match c {
-        c if c % 2 == 0 && c > 2_001 && c <= 8_000 => Lookup::Follows(c),
+        c if c % 2 == 0 && c > boundary && c <= 2 * read => Lookup::Follows(c),
         c if remembered && c % 3 == 0 => Lookup::Follows(c * 10),
         _ if remembered => Lookup::No,
         _ => Lookup::Unknown,
