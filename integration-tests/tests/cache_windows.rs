@@ -77,6 +77,22 @@ async fn a_fill_drops_what_landed_below_its_boundary_and_stops_late_copies_of_ol
 }
 
 #[tokio::test]
+async fn a_batch_of_many_changes_to_a_small_list_keeps_only_the_newer_versions() -> anyhow::Result<()> {
+    // 200 entries at version 2: the versions hash is a listpack, which the script reads whole
+    // for a batch of more than 50 changes. 60 unfollows: the even ones at version 3 (newer),
+    // the odd ones at version 1 (late copies of older changes).
+    let (cache, _) = fresh(1_000, 10).await?;
+    let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+    let read: Vec<CachedEdge> = (1..=200).map(|i| edge(i, 2, true, i)).collect();
+    assert!(cache.commit_fill(USER, &nonce, &read, None).await?);
+    let batch: Vec<(i64, CachedEdge)> = (1..=60).map(|i| (USER, edge(i, if i % 2 == 0 { 3 } else { 1 }, false, i))).collect();
+    assert_eq!(cache.apply(&batch, None).await?, 30, "only the newer half changes the list");
+    let expect: Vec<i64> = (1..=200).rev().filter(|i| *i > 60 || i % 2 == 1).collect();
+    assert_eq!(ids(cache.page(USER, None, 500).await?), (expect, false));
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_read_fills_only_the_pending_marks_it_set_itself() -> anyhow::Result<()> {
     let (cache, keys) = fresh(2, 100).await?;
     // Reader 1 marks 10 and reads the database before a follow of 10 commits.
