@@ -183,7 +183,8 @@ async fn cached_lists_equal_the_table_after_writes_fills_evictions_flushes_repla
             let mut rng = StdRng::seed_from_u64(99);
             let (mut evictions, mut flushes) = (0u64, 0u64);
             for round in 0u64.. {
-                if done.load(Ordering::Relaxed) {
+                // At least one flush, should the writes end before the first.
+                if done.load(Ordering::Relaxed) && flushes > 0 {
                     break;
                 }
                 let user = rng.random_range(1..=USERS);
@@ -319,8 +320,9 @@ async fn lists_missed_while_projection_could_not_reach_the_cache_are_dropped_by_
     assert!(failed >= 1.0, "projection-svc could not apply its batches to the cache");
     // The batches marked their users stale in the offset's transaction, and relation-svc, which
     // reaches the cache, drains the marks (same database): the stale lists are dropped within
-    // about 200 ms, long before projection-svc reaches the cache again.
-    socialgraph_testkit::eventually(Duration::from_secs(2), "the stale marks to be drained", || async {
+    // about 200 ms (10 s allowed on a loaded machine); projection-svc never reaches the cache
+    // again here.
+    socialgraph_testkit::eventually(Duration::from_secs(10), "the stale marks to be drained", || async {
         Ok((socialgraph_storage::stale::count(&m.db.conn).await? == 0).then_some(()))
     })
     .await?;

@@ -167,20 +167,30 @@ async fn a_summary_its_writer_could_not_delete_is_deleted_by_the_stale_drain() -
         }
     };
     assert_eq!(get(&mut r).await?, [false; 5]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(get(&mut r).await?, [false; 5]);
     let hit = |text: &str, result: &str| {
         metric_sum(text, "sg_cache_requests_total", &format!("cache=\"restrictions\",result=\"{result}\",rpc=\"GetRelationship\""))
     };
-    let text = reader.metrics().await?;
-    let fills: Vec<&str> = text.lines().filter(|l| l.contains("restrictions")).collect();
-    assert_eq!(hit(&text, "hit"), 1.0, "the second read came from the filled summary: {fills:?}");
+    // The miss filled the summary in the background; read until a read is served from it (a
+    // fixed pause was too short for the fill on a loaded machine).
+    let start = Instant::now();
+    loop {
+        assert_eq!(get(&mut r).await?, [false; 5]);
+        let text = reader.metrics().await?;
+        if hit(&text, "hit") >= 1.0 {
+            assert_eq!(hit(&text, "hit"), 1.0, "one read at a time");
+            break;
+        }
+        let fills: Vec<&str> = text.lines().filter(|l| l.contains("restrictions")).collect();
+        assert!(start.elapsed() < Duration::from_secs(10), "no read came from the filled summary: {fills:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     w.block(BlockRequest { blocker_id: 1, blocked_id: 2 }).await?;
     let failed = metric_sum(&cut_off.metrics().await?, "sg_cache_writes_total", "cache=\"restrictions\",result=\"failed\"");
     assert_eq!(failed, 1.0, "the writer could not delete the summary");
     let start = Instant::now();
     while get(&mut r).await? != [true, false, false, false, false] {
-        assert!(start.elapsed() < Duration::from_secs(2), "the stale drain deletes the summary within about 200 ms");
+        // The drain runs every 200 ms; 10 s leaves room for a loaded machine.
+        assert!(start.elapsed() < Duration::from_secs(10), "the stale drain deletes the summary");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     println!("stale summary served for {:?} after the block", start.elapsed());
@@ -189,7 +199,7 @@ async fn a_summary_its_writer_could_not_delete_is_deleted_by_the_stale_drain() -
     let marked = || db.conn.query_all_raw(Statement::from_string(db.conn.get_database_backend(), "SELECT user_id FROM cache_stale".to_owned()));
     let start = Instant::now();
     while !marked().await?.is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(2), "the drain clears the marks right after deleting the summary");
+        assert!(start.elapsed() < Duration::from_secs(10), "the drain clears the marks right after deleting the summary");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())

@@ -187,7 +187,11 @@ async fn a_hot_entity_storm_with_crashes_corrupted_counts_and_rebuilds_ends_equa
                 // counter-svc is restarted once during the storm: retry through the new address.
                 loop {
                     let a = *addr.lock().expect("lock");
-                    let Ok(c) = CounterServiceClient::connect(format!("http://{a}")).await else { continue };
+                    let Ok(c) = CounterServiceClient::connect(format!("http://{a}")).await else {
+                        // Refused while it restarts: do not spin on the cores the restart needs.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
                     match act(c, if like { Op::Like } else { Op::Unlike }, actor, hot.clone(), 7).await {
                         Ok((_, active)) => {
                             state = active;

@@ -445,7 +445,17 @@ async fn stalled_follow_across_a_deactivation(backend: Backend) -> anyhow::Resul
         let mut c = c.clone();
         tokio::spawn(async move { follow(&mut c, 2, 1).await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    if backend == Backend::Postgres {
+        // The follow's statement must have read the account as active and be waiting on the
+        // test's row lock before the deactivation commits (a fixed pause was not enough on a
+        // loaded machine). On MariaDB a follow that starts late is refused all the same.
+        socialgraph_testkit::eventually(Duration::from_secs(20), "the follow to wait on the row lock", || async {
+            Ok(socialgraph_testkit::sessions(&db.url).await?.lines().any(|l| l.contains("| Lock |")).then_some(()))
+        })
+        .await?;
+    } else {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     set_status(&mut c, 1, AccountStatus::Deactivated, false).await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let waiting = account(&mut c, 1).await?.job;
