@@ -80,6 +80,21 @@ async fn an_unfollowed_account_never_comes_back_from_a_late_or_copied_event() ->
 #[tokio::test]
 async fn evicting_either_key_makes_the_list_a_miss_never_a_partial_answer() -> anyhow::Result<()> {
     let (cache, keys) = fresh().await?;
+    // A read straight after an eviction, before any script saw it, must not answer from what
+    // is left: a complete state over an empty set would say "not followed" and "no entries".
+    for evicted in [keys.following(USER), keys.following_versions(USER)] {
+        for page in [false, true] {
+            let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
+            assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)], None).await?);
+            del(std::slice::from_ref(&evicted)).await?;
+            if page {
+                assert_eq!(list(&cache).await?, None, "a first page straight after evicting {evicted}");
+            } else {
+                assert_eq!(cache.lookup(USER, &[1, 2]).await?, vec![Lookup::Unknown; 2], "a lookup straight after evicting {evicted}");
+            }
+            del(&[keys.following(USER), keys.following_versions(USER)]).await?;
+        }
+    }
     for evicted in [keys.following(USER), keys.following_versions(USER)] {
         let nonce = cache.begin_fill(USER).await?.expect("a fill starts");
         assert!(cache.commit_fill(USER, &nonce, &[edge(1, 1, true, 100), edge(2, 1, true, 200)], None).await?);

@@ -45,6 +45,7 @@
 mod fills;
 mod relationships;
 mod scripts;
+mod transactions;
 
 pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
 pub use relationships::Marks;
@@ -276,11 +277,17 @@ impl ListCache {
     }
 
     /// Up to `limit` entries (peer id, followed_at ms) of `user_id`'s list in list order,
-    /// strictly after `after` = (followed_at ms, peer id) when given.
+    /// strictly after `after` = (followed_at ms, peer id) when given. A first page is one
+    /// transaction on a single Redis ([`transactions`]), other pages one script call.
     ///
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn page(&self, user_id: i64, after: Option<(i64, i64)>, limit: usize) -> Result<PageRead, CacheError> {
+        if after.is_none()
+            && let Some(read) = self.first_page(user_id, limit).await?
+        {
+            return Ok(read);
+        }
         let mut inv = self.invocation(&self.scripts.page, user_id);
         match after {
             Some((ms, peer)) => inv.arg(ms).arg(member(peer).as_slice()),

@@ -8,6 +8,10 @@
 //! the mark with its own version, so a read older than the event loses to it; a mark evicted or
 //! taken over by a later reader stops the earlier read, whose database state may be older than
 //! an event applied while no mark was there.
+//!
+//! On a single Redis a lookup in a following list first asks the list itself in one
+//! transaction ([`super::transactions`]); only what that leaves open (a list not served) goes
+//! through the LOOKUP script, as every lookup in a follower window does.
 
 use std::collections::HashMap;
 
@@ -31,8 +35,7 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn lookup(&self, user_id: i64, others: &[i64]) -> Result<Vec<Lookup>, CacheError> {
-        let answers: Vec<Vec<u8>> = self.run(self.lookup_invocation(user_id, others, "")).await?;
-        lookups(&answers)
+        Ok(self.lookup_with(user_id, others, "", None).await?.0)
     }
 
     /// [`Self::lookup`] that marks the unknown candidates pending for
@@ -44,7 +47,30 @@ impl ListCache {
     /// Redis unreachable, slow or failing.
     pub async fn lookup_marking(&self, user_id: i64, others: &[i64], applied_key: Option<&str>) -> Result<(Vec<Lookup>, Marks), CacheError> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
-        let inv = self.lookup_invocation(user_id, others, &nonce);
+        let (answers, applied) = self.lookup_with(user_id, others, &nonce, applied_key).await?;
+        Ok((answers, Marks { nonce, applied }))
+    }
+
+    /// The list's answers ([`Self::listed`]), then the LOOKUP script (marking under `nonce`
+    /// unless it is empty, and reading the positions applied under `applied_key` after the
+    /// marks) for the members left open. The positions are read only when the script runs: a
+    /// lookup the list answers whole leaves nothing for the database to fill.
+    async fn lookup_with(
+        &self,
+        user_id: i64,
+        others: &[i64],
+        nonce: &str,
+        applied_key: Option<&str>,
+    ) -> Result<(Vec<Lookup>, HashMap<i32, i64>), CacheError> {
+        let listed = match self.listed(user_id, others).await? {
+            Some(listed) => listed,
+            None => vec![None; others.len()],
+        };
+        let open: Vec<i64> = others.iter().zip(&listed).filter(|(_, l)| l.is_none()).map(|(o, _)| *o).collect();
+        if open.is_empty() {
+            return Ok((listed.into_iter().flatten().collect(), HashMap::new()));
+        }
+        let inv = self.lookup_invocation(user_id, &open, nonce);
         let (answers, applied): (Vec<Vec<u8>>, HashMap<i32, i64>) = match applied_key {
             Some(key) => {
                 let mut pipe = redis::pipe();
@@ -53,7 +79,10 @@ impl ListCache {
             }
             None => (self.run(inv).await?, HashMap::new()),
         };
-        Ok((lookups(&answers)?, Marks { nonce, applied }))
+        let mut answers = lookups(&answers)?.into_iter();
+        let merged: Option<Vec<Lookup>> = listed.into_iter().map(|l| l.or_else(|| answers.next())).collect();
+        let merged = merged.ok_or_else(|| CacheError::Unavailable("LOOKUP answered fewer members than asked".into()))?;
+        Ok((merged, applied))
     }
 
     fn lookup_invocation(&self, user_id: i64, others: &[i64], nonce: &str) -> redis::ScriptInvocation<'_> {
