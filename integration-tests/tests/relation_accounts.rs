@@ -449,8 +449,10 @@ async fn stalled_follow_across_a_deactivation(backend: Backend) -> anyhow::Resul
         // The follow's statement must have read the account as active and be waiting on the
         // test's row lock before the deactivation commits (a fixed pause was not enough on a
         // loaded machine). On MariaDB a follow that starts late is refused all the same.
+        let waiting = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
         socialgraph_testkit::eventually(Duration::from_secs(20), "the follow to wait on the row lock", || async {
-            Ok(socialgraph_testkit::sessions(&db.url).await?.lines().any(|l| l.contains("| Lock |")).then_some(()))
+            let rows = db.conn.query_all_raw(Statement::from_string(db.conn.get_database_backend(), waiting.to_owned())).await?;
+            Ok((!rows.is_empty()).then_some(()))
         })
         .await?;
     } else {

@@ -6,8 +6,8 @@
 //! evicts before a command, and EXEC is one), so the `ZCARD = _n` check of the scripts holds
 //! for what was read with it. Only a served list (`c` or `w`) whose set and hash agree answers;
 //! anything else (not cached, being filled, too long, one key evicted) goes to the script, which
-//! also deletes a set or hash left alone. That costs a list that is not served one more round
-//! trip, beside the database read it needs anyway.
+//! deletes both keys when a state is there but the counts disagree. That costs a list that is
+//! not served one more round trip, beside the database read it needs anyway.
 //!
 //! What it saves is Lua: a script's time goes mostly into passing members and replies through
 //! it. Redis time per call (`INFO commandstats`, Redis 7.0, best of 3 × 300, transaction
