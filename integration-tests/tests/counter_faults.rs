@@ -1,12 +1,14 @@
 //! Counters when the edges of the pipeline fail: owners first read after their likes (also
-//! after a FLUSHALL), the broker stopped during likes and follows, drift written by hand during
-//! a workload, and database connections terminated mid-request.
+//! after a FLUSHALL), the broker stopped during likes and follows, a hot entity among hundreds
+//! of recently liked ones, drift written by hand during a workload, and database connections
+//! terminated mid-request.
 
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_integration_tests::model::{Model, Toggle, assert_model, served_users, toggle};
 use socialgraph_integration_tests::*;
+use socialgraph_proto::counter::v1::GetUserCountersRequest;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::{Backend, kafka, process};
@@ -118,6 +120,61 @@ async fn a_broker_outage_during_likes_and_follows_loses_nothing_and_fails_nothin
     broker.kill().await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The owner's likes received, which move only when the relay publishes the likes' events.
+async fn likes_received(c: &mut CounterServiceClient<Channel>, owner: i64) -> anyhow::Result<u64> {
+    let r = c.get_user_counters(GetUserCountersRequest { user_id: owner, ..Default::default() }).await?.into_inner();
+    Ok(r.counters.map_or(0, |u| u.likes_received))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hot_entity_is_relayed_while_hundreds_of_recently_liked_entities_stay_indexed() -> anyhow::Result<()> {
+    let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let mut c = m.counter.counter().await?;
+    // The relay's index as a steady load leaves it: 600 entities liked half a second ago
+    // (within the quiet period, so they stay indexed) whose outboxes are already drained.
+    let index = socialgraph_cache::keys::Keys::new(m.prefix.clone()).pending_entities();
+    let others: Vec<String> = (1_000_000..1_000_600).map(|id| format!("post:{id}")).collect();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let holder = {
+        let (url, index, others, stop) = (m.redis_url.clone(), index.clone(), others.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut conn = redis_conn(&url).await?;
+            while !stop.is_cancelled() {
+                let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64 - 500;
+                let mut pipe = redis::pipe();
+                for o in &others {
+                    pipe.zadd(&index, o, at).ignore();
+                }
+                let _: () = pipe.query_async(&mut conn).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    // A hot post liked by a new actor again and again is always the newest member; its
+    // owner's likes received must move while it is still being liked.
+    let (hot, owner) = (42, 4242);
+    let (mut liked, mut seen) = (0u64, 0u64);
+    let started = std::time::Instant::now();
+    while seen < 20 && started.elapsed() < Duration::from_secs(20) {
+        for _ in 0..10 {
+            liked += 1;
+            toggle(&mut c, Toggle::Like, liked as i64, hot, owner).await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seen = likes_received(&mut c, owner).await?;
+    }
+    stop.cancel();
+    holder.await??;
+    assert!(seen >= 20, "the hot post's owner saw {seen} of {liked} likes in 20 s: its events were not relayed");
+    let mut conn = redis_conn(&m.redis_url).await?;
+    let _: () = redis::AsyncCommands::zrem(&mut conn, &index, &others).await?;
+    m.likes_relayed(SETTLE).await?;
+    m.settle(SETTLE).await?;
+    assert_eq!(likes_received(&mut c, owner).await?, liked, "every like received, once");
+    m.stop().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,9 +7,20 @@
 //! trimmed: the events wait, the toggles keep answering. A crash between the acknowledgement
 //! and the trim publishes some events twice, which every consumer ignores.
 //!
+//! The index holds an entity from its first toggle until it has been quiet for `quiet_ms`, so
+//! under load most members are entities already drained. A round reads the whole index (up to
+//! [`INDEX_PER_ROUND`] members) and skips a member whose score (its last toggle's time) is the
+//! one this relay saw when it last drained it: no toggle since, so nothing to publish. Only
+//! the rest, oldest toggle first, have their outboxes read. Reading only the oldest members,
+//! as the relay once did, left a hot entity unpublished for as long as more than a round's
+//! worth of other entities had been liked within `quiet_ms`, and spent each round reading
+//! empty outboxes. A toggle whose index write lands in the same millisecond as the drained
+//! score (or between the relay's index read and its drain) is skipped at most until the
+//! score is `quiet_ms` old, when every member is read again before it may leave the index.
+//!
 //! One relay publishes at a time: replicas take a lease in Redis (`sg:relay:counter`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +37,10 @@ use tracing::Instrument;
 use crate::entities::{action_event, now_ms};
 use crate::store::{Store, parse_member};
 
-/// Entities read from the index per round.
-const ENTITIES_PER_ROUND: isize = 500;
+/// Most index members read per round (oldest toggle first): the whole index below this.
+const INDEX_PER_ROUND: isize = 10_000;
+/// Most entities whose outboxes are read per round, oldest toggle first.
+const ENTITIES_PER_ROUND: usize = 500;
 /// Events taken from one entity's outbox per round.
 const EVENTS_PER_ENTITY: isize = 200;
 /// Lease of the relay (ms); renewed every round.
@@ -88,6 +101,10 @@ pub struct Relay {
     pub failures: IntCounter,
     /// This replica's lease holder id.
     pub holder: String,
+    /// Index score at which this relay last found each member's outbox empty; members whose
+    /// score is unchanged (and not yet quiet) are not read again. Pruned every round to the
+    /// members still indexed at that score.
+    pub drained: HashMap<String, i64>,
 }
 
 /// Takes or renews the lease; true while this replica holds it.
@@ -117,14 +134,21 @@ impl Relay {
     ///
     /// # Errors
     /// Redis or the broker failed (nothing was trimmed that was not acknowledged).
-    pub async fn round(&self) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+    pub async fn round(&mut self) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         let index = self.store.keys.pending_entities();
         let mut pipe = redis::pipe();
-        pipe.cmd("ZRANGE").arg(&index).arg(0).arg(ENTITIES_PER_ROUND - 1).arg("WITHSCORES");
+        pipe.cmd("ZRANGE").arg(&index).arg(0).arg(INDEX_PER_ROUND - 1).arg("WITHSCORES");
         let members: Vec<(String, i64)> =
             self.store.query(&pipe).await?.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
-        let entities: Vec<(String, i64, (String, i64))> =
-            members.into_iter().filter_map(|(m, score)| parse_member(&m).map(|e| (m, score, e))).collect();
+        let quiet_before = now_ms() - self.quiet_ms;
+        let scores: HashMap<&str, i64> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
+        self.drained.retain(|m, s| scores.get(m.as_str()) == Some(s));
+        let entities: Vec<(String, i64, (String, i64))> = members
+            .into_iter()
+            .filter(|(m, score)| *score < quiet_before || self.drained.get(m) != Some(score))
+            .filter_map(|(m, score)| parse_member(&m).map(|e| (m, score, e)))
+            .take(ENTITIES_PER_ROUND)
+            .collect();
         if entities.is_empty() {
             return Ok(0);
         }
@@ -155,7 +179,8 @@ impl Relay {
             }
             self.published.inc_by(n as u64);
         }
-        // Trim what was published; drop quiet entities whose outbox is now empty.
+        // Trim what was published; drop quiet entities whose outbox is now empty, remember the
+        // score of the others that are empty.
         let mut pipe = redis::pipe();
         for ((_, _, (t, id)), entries) in entities.iter().zip(&outboxes) {
             let key = self.store.keys.entity(t, *id).outbox();
@@ -163,13 +188,17 @@ impl Relay {
             pipe.llen(&key);
         }
         let lengths: Vec<i64> = self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or(1)).collect();
-        let quiet_before = now_ms() - self.quiet_ms;
         let mut pipe = redis::pipe();
-        for ((member, score, _), len) in entities.iter().zip(lengths) {
-            if len == 0 && *score < quiet_before {
+        for ((member, score, _), len) in entities.into_iter().zip(lengths) {
+            if len != 0 {
+                continue;
+            }
+            if score < quiet_before {
                 let mut inv = self.store.entity_scripts.unpend.prepare_invoke();
-                inv.key(&index).arg(member).arg(*score);
+                inv.key(&index).arg(&member).arg(score);
                 pipe.invoke_script(&inv).ignore();
+            } else {
+                self.drained.insert(member, score);
             }
         }
         self.store.query(&pipe).await?;
@@ -196,7 +225,7 @@ impl Relay {
     /// when idle, backing off up to 5 s while the broker or Redis fails. On the way out the
     /// lease is given up, so that a replica stopped gracefully (a rolling restart) hands the
     /// relay over at once instead of after the lease's 10 s.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
             let pause = match self.lease().await {
@@ -212,7 +241,10 @@ impl Relay {
                         Duration::from_millis((50u64 << failures.min(7)).min(5_000))
                     }
                 },
-                Ok(false) => Duration::from_millis(LEASE_MS / 4),
+                Ok(false) => {
+                    self.drained.clear();
+                    Duration::from_millis(LEASE_MS / 4)
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "relay lease unavailable");
                     Duration::from_secs(1)
