@@ -132,8 +132,9 @@ async fn likes_received(c: &mut CounterServiceClient<Channel>, owner: i64) -> an
 async fn a_hot_entity_is_relayed_while_hundreds_of_recently_liked_entities_stay_indexed() -> anyhow::Result<()> {
     let m = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let mut c = m.counter.counter().await?;
-    // The relay's index as a steady load leaves it: 600 entities liked half a second ago
-    // (within the quiet period, so they stay indexed) whose outboxes are already drained.
+    // The relay's index as a steady load leaves it: 600 entities liked again and again (their
+    // scores rewritten every 100 ms to half a second ago, within the quiet period, so they stay
+    // indexed) whose outboxes are drained, all older than the hot post.
     let index = socialgraph_cache::keys::Keys::new(m.prefix.clone()).pending_entities();
     let others: Vec<String> = (1_000_000..1_000_600).map(|id| format!("post:{id}")).collect();
     let stop = tokio_util::sync::CancellationToken::new();

@@ -1,4 +1,5 @@
-//! Entity toggle sequences across a flushed counter Redis, on a Redis of the test's own.
+//! Entity toggle sequences across a flushed counter Redis, and the relay's trims of an
+//! outbox by them, on a Redis of the test's own.
 //!
 //! An owner's likes received are copies of its entities' counts, each kept with the toggle
 //! sequence it reflects, newest wins. A consumer that read an entity's state just before a
@@ -11,6 +12,7 @@ use std::time::Duration;
 use socialgraph_cache::counters::Scripts;
 use socialgraph_cache::entities::{EntityScripts, LIKE_INDEX};
 use socialgraph_cache::keys::Keys;
+use socialgraph_counter::outbox::trim_published;
 use socialgraph_counter::store::{EdgeCounts, EntityState, Store};
 use socialgraph_integration_tests::redis_conn;
 use socialgraph_testkit::process;
@@ -46,18 +48,70 @@ async fn likes_received(store: &Store) -> anyhow::Result<u32> {
     Ok(store.read(&[OWNER]).await?.remove(0).expect("the owner's counters exist").0[3])
 }
 
+fn store_on(url: &str) -> anyhow::Result<Store> {
+    let pool = socialgraph_cache::pool(url, 2, Duration::from_secs(5))?;
+    Ok(Store { pool, keys: Keys::new("sq:"), scripts: Scripts::default(), entity_scripts: EntityScripts::default(), timeout: Duration::from_secs(5) })
+}
+
+/// The post's outbox from its head to `stop` (LRANGE: -1 is the tail), oldest first.
+async fn outbox(store: &Store, stop: isize) -> anyhow::Result<Vec<String>> {
+    let mut pipe = redis::pipe();
+    pipe.lrange(store.keys.entity("post", POST).outbox(), 0, stop);
+    Ok(redis::from_redis_value(store.query(&pipe).await?.remove(0))?)
+}
+
+/// What a relay does once the broker acknowledged `read`: removes it; answers the length left.
+async fn trim(store: &Store, read: &[String]) -> anyhow::Result<i64> {
+    let mut pipe = redis::pipe();
+    trim_published(&mut pipe, &store.entity_scripts.trim, &store.keys.entity("post", POST).outbox(), read);
+    Ok(redis::from_redis_value(store.query(&pipe).await?.remove(0))?)
+}
+
+#[tokio::test]
+async fn a_relay_removes_from_an_outbox_only_what_it_published() -> anyhow::Result<()> {
+    let redis = process::redis(0).await?;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let store = store_on(&url)?;
+    for actor in 1..=3 {
+        like(&store, actor).await?;
+    }
+    // The usual round: what was read goes, a like appended since stays.
+    let read = outbox(&store, 1).await?;
+    like(&store, 4).await?;
+    assert_eq!(trim(&store, &read).await?, 2);
+    assert_eq!(outbox(&store, -1).await?.len(), 2);
+
+    // Relay X reads two and its produce outlives its lease; relay Y reads all, publishes and
+    // trims; two more likes arrive; then X trims what it read. Nothing of Y's unpublished
+    // tail may go: trimming by count would have removed both new likes.
+    let x = outbox(&store, 1).await?;
+    like(&store, 5).await?;
+    let y = outbox(&store, -1).await?;
+    assert_eq!(y.len(), 3);
+    assert_eq!(trim(&store, &y).await?, 0);
+    like(&store, 6).await?;
+    like(&store, 7).await?;
+    let unpublished = outbox(&store, -1).await?;
+    assert_eq!(trim(&store, &x).await?, 2, "the late trim removed events nobody published");
+    assert_eq!(outbox(&store, -1).await?, unpublished);
+
+    // A FLUSHALL between a relay's read and its trim: the likes after it stay.
+    let read = outbox(&store, -1).await?;
+    flush(&store, &url).await?;
+    like(&store, 8).await?;
+    let after = outbox(&store, -1).await?;
+    assert_eq!(trim(&store, &read).await?, 1);
+    assert_eq!(outbox(&store, -1).await?, after);
+    // An empty read only asks the length.
+    assert_eq!(trim(&store, &[]).await?, 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_state_read_before_a_flush_never_outlives_the_states_after_it() -> anyhow::Result<()> {
     let redis = process::redis(0).await?;
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let pool = socialgraph_cache::pool(&url, 2, Duration::from_secs(5))?;
-    let store = Store {
-        pool,
-        keys: Keys::new("sq:"),
-        scripts: Scripts::default(),
-        entity_scripts: EntityScripts::default(),
-        timeout: Duration::from_secs(5),
-    };
+    let store = store_on(&url)?;
     let mut seqs = Vec::new();
     for actor in 1..=3 {
         seqs.push(like(&store, actor).await?);

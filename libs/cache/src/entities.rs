@@ -409,14 +409,6 @@ local f = has(st.m[2], a, ARGV[2], KEYS[4], KEYS[5])
 return {l and 1 or 0, f and 1 or 0}
 ";
 
-/// KEYS: pending set. ARGV: member, score read. Removes the member only if no toggle
-/// re-registered it since (its score is unchanged).
-const UNPEND: &str = r"
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-";
-
 /// The entity scripts.
 #[derive(Clone)]
 pub struct EntityScripts {
@@ -430,12 +422,14 @@ pub struct EntityScripts {
     pub has: Script,
     /// Conditional removal from the pending set.
     pub unpend: Script,
+    /// Removal of what a relay published from the head of an outbox ([`crate::outbox_scripts::TRIM`]).
+    pub trim: Script,
 }
 
 impl EntityScripts {
     /// Every script, for loading after Redis lost them.
-    pub fn all(&self) -> [&Script; 5] {
-        [&self.toggle, &self.counts, &self.state, &self.has, &self.unpend]
+    pub fn all(&self) -> [&Script; 6] {
+        [&self.toggle, &self.counts, &self.state, &self.has, &self.unpend, &self.trim]
     }
 }
 
@@ -446,7 +440,8 @@ impl Default for EntityScripts {
             counts: Script::new(&format!("{LUA_STATE}{COUNTS}")),
             state: Script::new(&format!("{LUA_STATE}{STATE}")),
             has: Script::new(&format!("{LUA_STATE}{HAS}")),
-            unpend: Script::new(UNPEND),
+            unpend: Script::new(crate::outbox_scripts::UNPEND),
+            trim: Script::new(crate::outbox_scripts::TRIM),
         }
     }
 }

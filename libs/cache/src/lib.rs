@@ -24,6 +24,7 @@ pub mod entities;
 pub mod entity_layout;
 pub mod keys;
 pub mod lists;
+pub mod outbox_scripts;
 pub mod rate_limit;
 pub mod restrictions;
 

@@ -92,7 +92,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         published: counter(&registry, "sg_action_events_published_total", "Like/fav outbox events the broker acknowledged")?,
         failures: counter(&registry, "sg_action_publish_failures_total", "Relay rounds of the like/fav outbox that could not publish")?,
         holder: format!("{:016x}", rand::random::<u64>()),
-        drained: Default::default(),
+        sweep: Default::default(),
     };
 
     let readiness = Readiness::default();

@@ -8,15 +8,23 @@
 //! and the trim publishes some events twice, which every consumer ignores.
 //!
 //! The index holds an entity from its first toggle until it has been quiet for `quiet_ms`, so
-//! under load most members are entities already drained. A round reads the whole index (up to
-//! [`INDEX_PER_ROUND`] members) and skips a member whose score (its last toggle's time) is the
-//! one this relay saw when it last drained it: no toggle since, so nothing to publish. Only
-//! the rest, oldest toggle first, have their outboxes read. Reading only the oldest members,
-//! as the relay once did, left a hot entity unpublished for as long as more than a round's
-//! worth of other entities had been liked within `quiet_ms`, and spent each round reading
-//! empty outboxes. A toggle whose index write lands in the same millisecond as the drained
-//! score (or between the relay's index read and its drain) is skipped at most until the
-//! score is `quiet_ms` old, when every member is read again before it may leave the index.
+//! under load most members are entities already drained, and its order (last toggle first
+//! to last) puts an entity liked without pause at the end. A round reads up to
+//! [`INDEX_PER_ROUND`] members from where the last round stopped and skips each member whose
+//! score is the one this relay saw when it last found its outbox empty (no toggle since, so
+//! nothing to publish); it reads the outboxes of at most [`ENTITIES_PER_ROUND`] of the rest,
+//! oldest toggle first, and the next round goes on after the last member it looked at until
+//! the sweep reaches the end of the index and starts again. So every indexed entity is read
+//! once per sweep however many others were liked meanwhile. (Reading only the 500 oldest
+//! members, as the relay once did, published nothing of a post liked every 20 ms while 600
+//! other entities were indexed.) A toggle whose index write keeps the score the relay saw
+//! (the same millisecond, or another replica's clock) and whose append lands after the relay
+//! found the outbox empty waits until that score is `quiet_ms` old on the relay's clock, when
+//! the member is read again before it may leave the index.
+//!
+//! A round removes from an outbox only what it published ([`socialgraph_cache::outbox_scripts::TRIM`]),
+//! never a count alone: a relay whose produce outlived its lease, while the next leaseholder
+//! trimmed and new toggles appended, would otherwise remove events nobody published.
 //!
 //! One relay publishes at a time: replicas take a lease in Redis (`sg:relay:counter`).
 
@@ -37,8 +45,8 @@ use tracing::Instrument;
 use crate::entities::{action_event, now_ms};
 use crate::store::{Store, parse_member};
 
-/// Most index members read per round (oldest toggle first): the whole index below this.
-const INDEX_PER_ROUND: isize = 10_000;
+/// Most index members read per round, from where the last round stopped.
+const INDEX_PER_ROUND: usize = 10_000;
 /// Most entities whose outboxes are read per round, oldest toggle first.
 const ENTITIES_PER_ROUND: usize = 500;
 /// Events taken from one entity's outbox per round.
@@ -101,10 +109,20 @@ pub struct Relay {
     pub failures: IntCounter,
     /// This replica's lease holder id.
     pub holder: String,
-    /// Index score at which this relay last found each member's outbox empty; members whose
-    /// score is unchanged (and not yet quiet) are not read again. Pruned every round to the
-    /// members still indexed at that score.
-    pub drained: HashMap<String, i64>,
+    /// Where the sweep of the index stands.
+    pub sweep: Sweep,
+}
+
+/// Where a relay's sweep of the index stands. Empty at start.
+#[derive(Default)]
+pub struct Sweep {
+    /// The last member looked at, `(score, member)`, while the sweep has not reached the end.
+    after: Option<(i64, String)>,
+    /// Index score at which this relay last found each member's outbox empty; a member whose
+    /// score is unchanged (and not yet quiet) is not read again. An entry goes when a round
+    /// sees the member at another score or, after a sweep that read the index whole, not at
+    /// all; past twice [`INDEX_PER_ROUND`] entries the memory starts afresh.
+    drained: HashMap<String, i64>,
 }
 
 /// Takes or renews the lease; true while this replica holds it.
@@ -137,18 +155,16 @@ impl Relay {
     pub async fn round(&mut self) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         let index = self.store.keys.pending_entities();
         let mut pipe = redis::pipe();
-        pipe.cmd("ZRANGE").arg(&index).arg(0).arg(INDEX_PER_ROUND - 1).arg("WITHSCORES");
+        match &self.sweep.after {
+            None => pipe.cmd("ZRANGE").arg(&index).arg(0).arg(INDEX_PER_ROUND - 1).arg("WITHSCORES"),
+            Some((score, _)) => {
+                pipe.cmd("ZRANGE").arg(&index).arg(*score).arg("+inf").arg("BYSCORE").arg("LIMIT").arg(0).arg(INDEX_PER_ROUND).arg("WITHSCORES")
+            }
+        };
         let members: Vec<(String, i64)> =
             self.store.query(&pipe).await?.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         let quiet_before = now_ms() - self.quiet_ms;
-        let scores: HashMap<&str, i64> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
-        self.drained.retain(|m, s| scores.get(m.as_str()) == Some(s));
-        let entities: Vec<(String, i64, (String, i64))> = members
-            .into_iter()
-            .filter(|(m, score)| *score < quiet_before || self.drained.get(m) != Some(score))
-            .filter_map(|(m, score)| parse_member(&m).map(|e| (m, score, e)))
-            .take(ENTITIES_PER_ROUND)
-            .collect();
+        let entities = self.sweep.next(members, quiet_before);
         if entities.is_empty() {
             return Ok(0);
         }
@@ -179,13 +195,11 @@ impl Relay {
             }
             self.published.inc_by(n as u64);
         }
-        // Trim what was published; drop quiet entities whose outbox is now empty, remember the
-        // score of the others that are empty.
+        // Remove what was published; drop quiet entities whose outbox is now empty, remember
+        // the score of the others that are empty.
         let mut pipe = redis::pipe();
         for ((_, _, (t, id)), entries) in entities.iter().zip(&outboxes) {
-            let key = self.store.keys.entity(t, *id).outbox();
-            pipe.ltrim(&key, entries.len() as isize, -1).ignore();
-            pipe.llen(&key);
+            trim_published(&mut pipe, &self.store.entity_scripts.trim, &self.store.keys.entity(t, *id).outbox(), entries);
         }
         let lengths: Vec<i64> = self.store.query(&pipe).await?.into_iter().map(|v| redis::from_redis_value(v).unwrap_or(1)).collect();
         let mut pipe = redis::pipe();
@@ -198,7 +212,7 @@ impl Relay {
                 inv.key(&index).arg(&member).arg(score);
                 pipe.invoke_script(&inv).ignore();
             } else {
-                self.drained.insert(member, score);
+                self.sweep.drained.insert(member, score);
             }
         }
         self.store.query(&pipe).await?;
@@ -232,7 +246,7 @@ impl Relay {
                 Ok(true) => match self.round().await {
                     Ok(n) => {
                         failures = 0;
-                        if n > 0 { Duration::ZERO } else { Duration::from_millis(200) }
+                        if n > 0 || self.sweep.after.is_some() { Duration::ZERO } else { Duration::from_millis(200) }
                     }
                     Err(e) => {
                         failures += 1;
@@ -242,7 +256,7 @@ impl Relay {
                     }
                 },
                 Ok(false) => {
-                    self.drained.clear();
+                    self.sweep = Sweep::default();
                     Duration::from_millis(LEASE_MS / 4)
                 }
                 Err(e) => {
@@ -266,9 +280,124 @@ impl Relay {
     }
 }
 
+type Member = (String, i64, (String, i64));
+
+impl Sweep {
+    /// The members of one window of the index (ascending score, as read from where the sweep
+    /// stands) whose outboxes this round reads: at most [`ENTITIES_PER_ROUND`], skipping those
+    /// drained at their current score unless that score is older than `quiet_before`. Moves
+    /// the sweep past the last member looked at, or back to the start at the end of the index.
+    fn next(&mut self, members: Vec<(String, i64)>, quiet_before: i64) -> Vec<Member> {
+        let whole = self.after.is_none() && members.len() < INDEX_PER_ROUND;
+        let full_window = members.len() >= INDEX_PER_ROUND;
+        if whole {
+            let scores: HashMap<&str, i64> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
+            self.drained.retain(|m, s| scores.get(m.as_str()) == Some(s));
+        } else if self.drained.len() > 2 * INDEX_PER_ROUND {
+            self.drained.clear();
+        }
+        let after = self.after.take();
+        let mut last = None;
+        let mut picked = Vec::new();
+        for (m, score) in members {
+            if after.as_ref().is_some_and(|(s, a)| (score, m.as_str()) <= (*s, a.as_str())) {
+                continue;
+            }
+            if picked.len() == ENTITIES_PER_ROUND {
+                // More to read than one round takes: the next round goes on from here.
+                self.after = last;
+                return picked;
+            }
+            last = Some((score, m.clone()));
+            match self.drained.get(&m) {
+                Some(d) if *d == score && score >= quiet_before => continue,
+                Some(_) => {
+                    self.drained.remove(&m);
+                }
+                None => {}
+            }
+            if let Some(e) = parse_member(&m) {
+                picked.push((m, score, e));
+            }
+        }
+        // A full window: the index goes on past it. Otherwise the sweep starts again.
+        self.after = if full_window { last } else { None };
+        picked
+    }
+}
+
+/// Adds to `pipe` the removal of `read` (the entries a relay read from the head of `outbox`,
+/// oldest first) once the broker acknowledged them, answering the outbox's length after; an
+/// empty `read` only asks the length. Removes nothing another relay or a FLUSHALL put in their
+/// place ([`socialgraph_cache::outbox_scripts::TRIM`]).
+pub fn trim_published(pipe: &mut redis::Pipeline, trim: &redis::Script, outbox: &str, read: &[String]) {
+    let Some(last) = read.last() else {
+        pipe.llen(outbox);
+        return;
+    };
+    let highest = read.iter().filter_map(|t| t.split_once('|')?.0.parse::<i64>().ok()).max().unwrap_or(0);
+    let mut inv = trim.prepare_invoke();
+    inv.key(outbox).arg(read.len()).arg(last.as_str()).arg(highest);
+    pipe.invoke_script(&inv);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An index of `n` posts scored `1_000 + i`, ordered as Redis orders it.
+    fn index(n: usize) -> Vec<(String, i64)> {
+        (0..n).map(|i| (format!("post:{}", i + 1), 1_000 + i as i64)).collect()
+    }
+
+    /// What the round's ZRANGE answers: from rank 0, or from the sweep's score on (BYSCORE).
+    fn window(index: &[(String, i64)], sweep: &Sweep) -> Vec<(String, i64)> {
+        let from = sweep.after.as_ref().map_or(i64::MIN, |(s, _)| *s);
+        index.iter().filter(|(_, s)| *s >= from).take(INDEX_PER_ROUND).cloned().collect()
+    }
+
+    /// One sweep from the start to the end of `index`: the members picked, round by round.
+    fn sweep_once(sweep: &mut Sweep, index: &[(String, i64)], quiet_before: i64) -> Vec<Vec<String>> {
+        let mut rounds = Vec::new();
+        loop {
+            let picked = sweep.next(window(index, sweep), quiet_before);
+            rounds.push(picked.into_iter().map(|(m, _, _)| m).collect());
+            if sweep.after.is_none() {
+                return rounds;
+            }
+        }
+    }
+
+    #[test]
+    fn a_sweep_reads_every_member_once_and_reaches_the_newest_past_both_limits() {
+        for n in [1, 499, 500, 501, 1_200, INDEX_PER_ROUND + 50] {
+            let index = index(n);
+            let rounds = sweep_once(&mut Sweep::default(), &index, 0);
+            assert!(rounds.iter().all(|r| r.len() <= ENTITIES_PER_ROUND));
+            let all: Vec<String> = rounds.concat();
+            assert_eq!(all, index.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), "{n} members");
+            assert_eq!(rounds.len(), n.div_ceil(ENTITIES_PER_ROUND).max(1), "{n} members");
+        }
+    }
+
+    #[test]
+    fn members_drained_at_their_score_are_skipped_until_rescored_or_quiet() {
+        // Past one window: the second sweep crosses a window of skipped members only.
+        let n = INDEX_PER_ROUND + 200;
+        let mut index = index(n);
+        let mut sweep = Sweep::default();
+        let scores: HashMap<String, i64> = index.iter().cloned().collect();
+        for m in sweep_once(&mut sweep, &index, 0).concat() {
+            sweep.drained.insert(m.clone(), scores[&m]);
+        }
+        assert_eq!(sweep_once(&mut sweep, &index, 0).concat(), Vec::<String>::new(), "nothing toggled since the drain");
+        // A post liked again moves to the end with a new score: the next sweep reads it alone.
+        let hot = index.remove(10);
+        index.push((hot.0.clone(), 50_000));
+        assert_eq!(sweep_once(&mut sweep, &index, 0).concat(), vec![hot.0]);
+        // Once their scores are quiet, every member is read again (to leave the index).
+        assert_eq!(sweep_once(&mut sweep, &index, 100_000).concat().len(), n);
+    }
 
     #[test]
     fn entries_round_trip_with_and_without_trace_context() {
