@@ -94,6 +94,17 @@ async fn a_relay_removes_from_an_outbox_only_what_it_published() -> anyhow::Resu
     let unpublished = outbox(&store, -1).await?;
     assert_eq!(trim(&store, &x).await?, 2, "the late trim removed events nobody published");
     assert_eq!(outbox(&store, -1).await?, unpublished);
+    // The other way round: Y read less than X and trimmed first; X's trim removes what X
+    // published, one by one, and not the like after it.
+    like(&store, 9).await?;
+    let y = outbox(&store, 0).await?;
+    let x = outbox(&store, -1).await?;
+    assert_eq!((y.len(), x.len()), (1, 3));
+    assert_eq!(trim(&store, &y).await?, 2);
+    like(&store, 10).await?;
+    let newest = outbox(&store, -1).await?.pop();
+    assert_eq!(trim(&store, &x).await?, 1);
+    assert_eq!(outbox(&store, -1).await?.pop(), newest);
 
     // A FLUSHALL between a relay's read and its trim: the likes after it stay.
     let read = outbox(&store, -1).await?;

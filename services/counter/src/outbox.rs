@@ -116,14 +116,20 @@ pub struct Relay {
 /// Where a relay's sweep of the index stands. Empty at start.
 #[derive(Default)]
 pub struct Sweep {
-    /// The last member looked at, `(score, member)`, while the sweep has not reached the end.
-    after: Option<(i64, String)>,
+    /// Where the next round reads on while the sweep has not reached the end of the index: a
+    /// score and how many members of that score the sweep has looked at (ties are counted, not
+    /// compared, so any number of members of one score is crossed).
+    after: Option<Cursor>,
     /// Index score at which this relay last found each member's outbox empty; a member whose
     /// score is unchanged (and not yet quiet) is not read again. An entry goes when a round
-    /// sees the member at another score or, after a sweep that read the index whole, not at
-    /// all; past twice [`INDEX_PER_ROUND`] entries the memory starts afresh.
+    /// sees the member at another score, and after a window that held the index whole when
+    /// the member was not in it; past twice [`INDEX_PER_ROUND`] entries those already quiet
+    /// go, and if that is not enough the memory starts afresh.
     drained: HashMap<String, i64>,
 }
+
+/// A score of the index and how many of its members a sweep has looked at.
+type Cursor = (i64, usize);
 
 /// Takes or renews the lease; true while this replica holds it.
 const LEASE: &str = r"
@@ -155,17 +161,15 @@ impl Relay {
     pub async fn round(&mut self) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         let index = self.store.keys.pending_entities();
         let mut pipe = redis::pipe();
-        match &self.sweep.after {
-            None => pipe.cmd("ZRANGE").arg(&index).arg(0).arg(INDEX_PER_ROUND - 1).arg("WITHSCORES"),
-            Some((score, _)) => {
-                pipe.cmd("ZRANGE").arg(&index).arg(*score).arg("+inf").arg("BYSCORE").arg("LIMIT").arg(0).arg(INDEX_PER_ROUND).arg("WITHSCORES")
-            }
-        };
+        let min = self.sweep.after.map_or_else(|| "-inf".to_owned(), |(score, _)| score.to_string());
+        let skip = self.sweep.after.map_or(0, |(_, looked_at)| looked_at);
+        pipe.cmd("ZRANGEBYSCORE").arg(&index).arg(min).arg("+inf").arg("WITHSCORES").arg("LIMIT").arg(skip).arg(INDEX_PER_ROUND);
         let members: Vec<(String, i64)> =
             self.store.query(&pipe).await?.into_iter().next().map(redis::from_redis_value).transpose()?.unwrap_or_default();
         let quiet_before = now_ms() - self.quiet_ms;
-        let entities = self.sweep.next(members, quiet_before);
+        let (entities, after) = self.sweep.next(members, quiet_before);
         if entities.is_empty() {
+            self.sweep.after = after;
             return Ok(0);
         }
         let mut pipe = redis::pipe();
@@ -216,6 +220,7 @@ impl Relay {
             }
         }
         self.store.query(&pipe).await?;
+        self.sweep.after = after;
         Ok(outboxes.iter().map(Vec::len).sum())
     }
 
@@ -235,8 +240,8 @@ impl Relay {
         }
     }
 
-    /// Runs rounds until `cancel` fires: at once after a toggle or a full round, every 200 ms
-    /// when idle, backing off up to 5 s while the broker or Redis fails. On the way out the
+    /// Runs rounds until `cancel` fires: at once after a toggle, a round that read events or
+    /// one that left its sweep under way, every 200 ms when idle, backing off up to 5 s while the broker or Redis fails. On the way out the
     /// lease is given up, so that a replica stopped gracefully (a rolling restart) hands the
     /// relay over at once instead of after the lease's 10 s.
     pub async fn run(mut self, cancel: CancellationToken) {
@@ -283,32 +288,30 @@ impl Relay {
 type Member = (String, i64, (String, i64));
 
 impl Sweep {
-    /// The members of one window of the index (ascending score, as read from where the sweep
+    /// The members of one window of the index (ascending score, read from where the sweep
     /// stands) whose outboxes this round reads: at most [`ENTITIES_PER_ROUND`], skipping those
-    /// drained at their current score unless that score is older than `quiet_before`. Moves
-    /// the sweep past the last member looked at, or back to the start at the end of the index.
-    fn next(&mut self, members: Vec<(String, i64)>, quiet_before: i64) -> Vec<Member> {
-        let whole = self.after.is_none() && members.len() < INDEX_PER_ROUND;
+    /// drained at their current score unless that score is older than `quiet_before`; and
+    /// where the sweep goes on after this round (past the last member looked at, or `None`,
+    /// back to the start, once the window reached the end of the index). The caller stores
+    /// the cursor once the round succeeded, so a failed round is read again.
+    fn next(&mut self, members: Vec<(String, i64)>, quiet_before: i64) -> (Vec<Member>, Option<Cursor>) {
         let full_window = members.len() >= INDEX_PER_ROUND;
-        if whole {
-            let scores: HashMap<&str, i64> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
-            self.drained.retain(|m, s| scores.get(m.as_str()) == Some(s));
-        } else if self.drained.len() > 2 * INDEX_PER_ROUND {
-            self.drained.clear();
-        }
-        let after = self.after.take();
-        let mut last = None;
+        self.prune((self.after.is_none() && !full_window).then_some(&members), quiet_before);
+        let looked_at_before = |score: i64| match self.after {
+            Some((s, n)) if s == score => n,
+            _ => 0,
+        };
+        let mut at: Option<Cursor> = None;
         let mut picked = Vec::new();
         for (m, score) in members {
-            if after.as_ref().is_some_and(|(s, a)| (score, m.as_str()) <= (*s, a.as_str())) {
-                continue;
-            }
             if picked.len() == ENTITIES_PER_ROUND {
                 // More to read than one round takes: the next round goes on from here.
-                self.after = last;
-                return picked;
+                return (picked, at);
             }
-            last = Some((score, m.clone()));
+            at = Some(match at {
+                Some((s, n)) if s == score => (s, n + 1),
+                _ => (score, looked_at_before(score) + 1),
+            });
             match self.drained.get(&m) {
                 Some(d) if *d == score && score >= quiet_before => continue,
                 Some(_) => {
@@ -321,8 +324,21 @@ impl Sweep {
             }
         }
         // A full window: the index goes on past it. Otherwise the sweep starts again.
-        self.after = if full_window { last } else { None };
-        picked
+        (picked, if full_window { at } else { None })
+    }
+
+    /// Keeps the drained memory to members of `whole` (the index, when one window held it)
+    /// at their current score; else bounds it.
+    fn prune(&mut self, whole: Option<&Vec<(String, i64)>>, quiet_before: i64) {
+        if let Some(members) = whole {
+            let scores: HashMap<&str, i64> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
+            self.drained.retain(|m, s| scores.get(m.as_str()) == Some(s));
+        } else if self.drained.len() > 2 * INDEX_PER_ROUND {
+            self.drained.retain(|_, s| *s >= quiet_before);
+            if self.drained.len() > 2 * INDEX_PER_ROUND {
+                self.drained.clear();
+            }
+        }
     }
 }
 
@@ -345,22 +361,29 @@ pub fn trim_published(pipe: &mut redis::Pipeline, trim: &redis::Script, outbox: 
 mod tests {
     use super::*;
 
-    /// An index of `n` posts scored `1_000 + i`, ordered as Redis orders it.
-    fn index(n: usize) -> Vec<(String, i64)> {
-        (0..n).map(|i| (format!("post:{}", i + 1), 1_000 + i as i64)).collect()
+    /// An index of `n` posts scored `score(i)`, ordered as Redis orders it (score, then the
+    /// member's bytes).
+    fn index(n: usize, score: impl Fn(usize) -> i64) -> Vec<(String, i64)> {
+        let mut index: Vec<(String, i64)> = (0..n).map(|i| (format!("post:{}", i + 1), score(i))).collect();
+        index.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        index
     }
 
-    /// What the round's ZRANGE answers: from rank 0, or from the sweep's score on (BYSCORE).
+    /// What the round's ZRANGEBYSCORE answers: from the sweep's score on, past the members of
+    /// that score it looked at.
     fn window(index: &[(String, i64)], sweep: &Sweep) -> Vec<(String, i64)> {
-        let from = sweep.after.as_ref().map_or(i64::MIN, |(s, _)| *s);
-        index.iter().filter(|(_, s)| *s >= from).take(INDEX_PER_ROUND).cloned().collect()
+        let (from, skip) = sweep.after.unwrap_or((i64::MIN, 0));
+        index.iter().filter(|(_, s)| *s >= from).skip(skip).take(INDEX_PER_ROUND).cloned().collect()
     }
 
-    /// One sweep from the start to the end of `index`: the members picked, round by round.
+    /// One sweep from the start to the end of `index`: the members picked, round by round
+    /// (a sweep that would take more than a round per 100 members fails the test).
     fn sweep_once(sweep: &mut Sweep, index: &[(String, i64)], quiet_before: i64) -> Vec<Vec<String>> {
         let mut rounds = Vec::new();
         loop {
-            let picked = sweep.next(window(index, sweep), quiet_before);
+            assert!(rounds.len() <= 10 + index.len() / 100, "the sweep does not reach the end of {} members", index.len());
+            let (picked, after) = sweep.next(window(index, sweep), quiet_before);
+            sweep.after = after;
             rounds.push(picked.into_iter().map(|(m, _, _)| m).collect());
             if sweep.after.is_none() {
                 return rounds;
@@ -370,13 +393,17 @@ mod tests {
 
     #[test]
     fn a_sweep_reads_every_member_once_and_reaches_the_newest_past_both_limits() {
+        // Distinct scores, a few shared, and one score for all (ties of more than a window).
+        let scores: [fn(usize) -> i64; 3] = [|i| 1_000 + i as i64, |i| 1_000 + (i / 7) as i64, |_| 1_000];
         for n in [1, 499, 500, 501, 1_200, INDEX_PER_ROUND + 50] {
-            let index = index(n);
-            let rounds = sweep_once(&mut Sweep::default(), &index, 0);
-            assert!(rounds.iter().all(|r| r.len() <= ENTITIES_PER_ROUND));
-            let all: Vec<String> = rounds.concat();
-            assert_eq!(all, index.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), "{n} members");
-            assert_eq!(rounds.len(), n.div_ceil(ENTITIES_PER_ROUND).max(1), "{n} members");
+            for score in scores {
+                let index = index(n, score);
+                let rounds = sweep_once(&mut Sweep::default(), &index, 0);
+                assert!(rounds.iter().all(|r| r.len() <= ENTITIES_PER_ROUND));
+                let all: Vec<String> = rounds.concat();
+                assert_eq!(all, index.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), "{n} members");
+                assert_eq!(rounds.len(), n.div_ceil(ENTITIES_PER_ROUND).max(1), "{n} members");
+            }
         }
     }
 
@@ -384,7 +411,7 @@ mod tests {
     fn members_drained_at_their_score_are_skipped_until_rescored_or_quiet() {
         // Past one window: the second sweep crosses a window of skipped members only.
         let n = INDEX_PER_ROUND + 200;
-        let mut index = index(n);
+        let mut index = index(n, |i| 1_000 + (i / 3) as i64);
         let mut sweep = Sweep::default();
         let scores: HashMap<String, i64> = index.iter().cloned().collect();
         for m in sweep_once(&mut sweep, &index, 0).concat() {

@@ -54,7 +54,11 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let pairs = Arc::new(like_pairs(a));
     progress(&format!("Like RPC, concurrency {}, up to {} s", a.concurrency, a.secs));
     let like = like_run(a, &clients, &pairs).await;
-    let publish_failures = metric(&m.counter.metrics().await.unwrap_or_default(), "sg_action_publish_failures_total");
+    let metrics = m.counter.metrics().await.unwrap_or_default();
+    let (publish_failures, relayed) = (metric(&metrics, "sg_action_publish_failures_total"), metric(&metrics, "sg_action_events_published_total"));
+    let drain = std::time::Instant::now();
+    m.likes_relayed(Duration::from_secs(300)).await?;
+    let drained_after = drain.elapsed();
 
     // Raw 1: redis-benchmark EVALSHA of the toggle script.
     progress("redis-benchmark EVALSHA of the toggle script");
@@ -75,7 +79,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
 
     summarize(format!("Like ({} callers)", a.concurrency), like.rate(), direct.rate(), "/s", ">= 0.6x");
     summarize("floor: bare tonic server + the raw toggle", bare.rate(), direct.rate(), "/s", "about the most a gRPC call reaches");
-    print_likes(a, &LikeResults { like, publish_failures, eval, direct, bare, produce });
+    print_likes(a, &LikeResults { like, publish_failures, relayed, drained_after, eval, direct, bare, produce });
     entity_counts(m, a, &clients, bp, &mut conn).await?;
     movielens::run(m, a, &clients, bp, &mut conn).await
 }
@@ -216,6 +220,10 @@ struct LikeResults {
     like: Run,
     /// counter-svc's `sg_action_publish_failures_total` after the Like run.
     publish_failures: f64,
+    /// Like events the relay had published (broker acknowledged) when the run ended.
+    relayed: f64,
+    /// From the end of the run until every outbox was empty (polled, about 0.1 s apart).
+    drained_after: Duration,
     eval: RedisBench,
     direct: Run,
     /// The same toggles through a bare tonic server ([`crate::floor`]).
@@ -241,7 +249,14 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
             row("p99 vs rskafka produce(1 record)", like.p99(), produce.p99(), "ms"),
         ],
         &[
-            like.describe("Like RPC") + &format!(" (publish failures: {})", r.publish_failures),
+            like.describe("Like RPC")
+                + &format!(
+                    " (publish failures: {}; relayed by the run's end: {} of {}; outboxes empty {:.2} s after it)",
+                    r.publish_failures,
+                    r.relayed,
+                    like.ok,
+                    r.drained_after.as_secs_f64()
+                ),
             "redis-benchmark EVALSHA <toggle sha> 4 <entity keys> 1 4242 <8 bytes> 1 <entry> -r 100000000 -n 200000: random \
              entity per call (each __rand_int__ independently), fixed actor"
                 .into(),
