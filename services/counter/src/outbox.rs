@@ -26,7 +26,9 @@
 //! never a count alone: a relay whose produce outlived its lease, while the next leaseholder
 //! trimmed and new toggles appended, would otherwise remove events nobody published.
 //!
-//! One relay publishes at a time: replicas take a lease in Redis (`sg:relay:counter`).
+//! One relay publishes at a time: replicas take a lease in Redis (`sg:relay:counter`), renewed
+//! every round; a round whose produce outlives the lease may overlap the next leaseholder's,
+//! which publishes some events twice and, with the trim above, loses none.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
