@@ -8,7 +8,6 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use socialgraph_integration_tests::model::{Model, Toggle, assert_model, served_users, toggle};
 use socialgraph_integration_tests::*;
-use socialgraph_proto::counter::v1::GetUserCountersRequest;
 use socialgraph_proto::counter::v1::counter_service_client::CounterServiceClient;
 use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::{Backend, kafka, process};
@@ -124,8 +123,7 @@ async fn a_broker_outage_during_likes_and_follows_loses_nothing_and_fails_nothin
 
 /// The owner's likes received, which move only when the relay publishes the likes' events.
 async fn likes_received(c: &mut CounterServiceClient<Channel>, owner: i64) -> anyhow::Result<u64> {
-    let r = c.get_user_counters(GetUserCountersRequest { user_id: owner, ..Default::default() }).await?.into_inner();
-    Ok(r.counters.map_or(0, |u| u.likes_received))
+    Ok(served_users(c, &[owner]).await?.get(&owner).map_or(0, |five| five.3))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -243,9 +243,10 @@ impl Relay {
     }
 
     /// Runs rounds until `cancel` fires: at once after a toggle, a round that read events or
-    /// one that left its sweep under way, every 200 ms when idle, backing off up to 5 s while the broker or Redis fails. On the way out the
-    /// lease is given up, so that a replica stopped gracefully (a rolling restart) hands the
-    /// relay over at once instead of after the lease's 10 s.
+    /// one that left its sweep under way; every 200 ms when idle; backing off up to 5 s while
+    /// the broker or Redis fails. On the way out the lease is given up, so that a replica
+    /// stopped gracefully (a rolling restart) hands the relay over at once instead of after the
+    /// lease's 10 s.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
