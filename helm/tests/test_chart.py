@@ -409,12 +409,14 @@ def test_cache_settings_become_the_documented_variables(default):
     assert {k: v for k, v in relation.items() if k.startswith("SG_CACHE__")} == {
         "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100",
         "SG_CACHE__TTL_SECS": "3600", "SG_CACHE__FOLLOWING_MAX": "10000",
-        "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1"}
+        "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1",
+        "SG_CACHE__FILL_ROWS_PER_SEC": "20000"}
     assert {k: v for k, v in projection.items() if k.startswith("SG_CACHE__")} == {
         "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100", "SG_CACHE__TTL_SECS": "3600",
         "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__POSTS_WINDOW": "1000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
         "SG_CACHE__DEEP_PAGES_PER_SEC": "50", "SG_CACHE__HOT_READS_PER_SEC": "50",
-        "SG_CACHE__HOT_STALENESS_MS": "1000", "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1"}
+        "SG_CACHE__HOT_STALENESS_MS": "1000", "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1",
+        "SG_CACHE__FILL_ROWS_PER_SEC": "20000"}
     rendered = render({
         "cache": {"keyPrefix": "sg-cache:"},
         "relation": {"cache": {"poolSize": 8, "timeoutMs": 50, "ttlSecs": 86400, "followingMax": 20000000}},

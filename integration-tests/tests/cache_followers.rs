@@ -2,7 +2,9 @@
 //! inside the cached window come from the cache, pages past it are rate limited with
 //! RESOURCE_EXHAUSTED `DEEP_PAGE_LIMITED` and RetryInfo, and BatchCheckFollowers over candidates
 //! inside and outside the window equals the database, before and after changes. With
-//! `cache.fill_after_misses` 2, a list read once stays uncached and its second miss fills it.
+//! `cache.fill_after_misses` 2, a list read once stays uncached and its second miss fills it;
+//! with one fill slot and a small `cache.fill_rows_per_sec`, a burst of misses is answered at
+//! once and every list gets filled, no faster than the budget.
 
 use std::time::Duration;
 
@@ -362,6 +364,65 @@ async fn with_fill_after_misses_2_a_list_read_once_stays_uncached_and_its_second
         })
         .await?;
         assert_eq!(filled.entries.iter().map(|e| e.0).collect::<Vec<_>>(), want, "the filled list equals the table");
+    }
+    m.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_misses_is_answered_at_once_and_every_list_filled_within_the_fill_budget() -> anyhow::Result<()> {
+    const RATE: u32 = 1_000;
+    let m = Mesh::start_tuned(Backend::Postgres, &redis_url(), &kafka::brokers(), |c| (c.fill_slots, c.fill_rows_per_sec) = (1, RATE)).await?;
+    // 20 users follow the same 100 accounts: 20 following lists and 100 follower windows of
+    // 2,000 entries each way, two seconds of either service's fill budget.
+    let (users, followees): (Vec<i64>, Vec<i64>) = ((10..30).collect(), (1000..1100).collect());
+    let edges = users.iter().flat_map(|&f| {
+        followees.iter().map(move |&e| ImportEdge {
+            follower_id: f,
+            followee_id: e,
+            followed_at: Some(socialgraph_domain::timestamp_from_ms(T0 + f * 1000 + e)),
+        })
+    });
+    let mut c = m.relation.client().await?;
+    c.import_follows(admin(futures::stream::iter([ImportFollowsRequest { edges: edges.collect() }]))).await?;
+    m.settle(SETTLE).await?;
+    let (following, followers) = (table_lists(&m.db, true, &users).await?, table_lists(&m.db, false, &followees).await?);
+    let mut p = m.projection.projection().await?;
+
+    // The burst: every read misses and is answered from the database at once, one slot or not.
+    let burst = std::time::Instant::now();
+    for &u in &users {
+        let r = c.list_following(ListFollowingRequest { user_id: u, page_size: 1000, page_token: String::new() }).await?.into_inner();
+        let got: Vec<(i64, i64)> =
+            r.following.iter().map(|e| (e.user_id, e.followed_at.as_ref().map_or(0, socialgraph_domain::timestamp_to_ms))).collect();
+        assert_eq!(got, following[&u], "user {u}'s following list, read during the burst");
+    }
+    for &u in &followees {
+        let r = p.list_followers(pp::ListFollowersRequest { user_id: u, page_size: 1000, ..Default::default() }).await?.into_inner();
+        let got: Vec<(i64, i64)> =
+            r.followers.iter().map(|e| (e.user_id, e.followed_at.as_ref().map_or(0, socialgraph_domain::timestamp_to_ms))).collect();
+        assert_eq!(got, followers[&u], "user {u}'s followers, read during the burst");
+    }
+    let cache = cache_settings(&m.topics.relation);
+    for (is_following, lists) in [(true, &following), (false, &followers)] {
+        for (&u, want) in lists {
+            let filled = socialgraph_testkit::eventually(Duration::from_secs(60), "every list of the burst to be filled", || async {
+                cached_list(&cache.url, &cache.key_prefix, is_following, u).await
+            })
+            .await?;
+            assert_eq!(&filled.entries, want, "user {u}'s cached list equals the table");
+        }
+        // 2,000 entries at 1,000 a second, after a burst of one part: paced.
+        let took = burst.elapsed();
+        assert!(
+            took >= Duration::from_millis(1_800),
+            "2,000 entries filled in {took:?} (following lists: {is_following}) within a budget of {RATE}/s"
+        );
+    }
+    for (svc, cache, lists) in [(&m.relation, "following", users.len()), (&m.projection, "followers", followees.len())] {
+        let text = svc.metrics().await?;
+        let fills = |result: &str| metric_sum(&text, "sg_cache_fills_total", &format!("cache=\"{cache}\",result=\"{result}\""));
+        assert_eq!(fills("busy"), 0.0, "{cache}: the misses beyond the one slot waited for it");
+        assert_eq!(fills("cached"), lists as f64, "{cache}: every list filled once");
     }
     m.stop().await
 }

@@ -65,6 +65,7 @@ SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
 SG_CACHE__FOLLOWING_MAX: {{ $svc.cache.followingMax | int64 | quote }}
 SG_CACHE__FILL_SLOTS: {{ $svc.cache.fillSlots | int64 | quote }}
 SG_CACHE__FILL_AFTER_MISSES: {{ $svc.cache.fillAfterMisses | int64 | quote }}
+SG_CACHE__FILL_ROWS_PER_SEC: {{ $svc.cache.fillRowsPerSec | int64 | quote }}
 SG_LIMITS__FOLLOWING_CAP: {{ $svc.limits.followingCap | int64 | quote }}
 SG_LIMITS__FOLLOW_BURST: {{ $svc.limits.followBurst | int64 | quote }}
 SG_LIMITS__FOLLOW_REFILL_PER_DAY: {{ $svc.limits.followRefillPerDay | int64 | quote }}
@@ -94,6 +95,7 @@ SG_CACHE__HOT_READS_PER_SEC: {{ $svc.cache.hotReadsPerSec | int64 | quote }}
 SG_CACHE__HOT_STALENESS_MS: {{ $svc.cache.hotStalenessMs | int64 | quote }}
 SG_CACHE__FILL_SLOTS: {{ $svc.cache.fillSlots | int64 | quote }}
 SG_CACHE__FILL_AFTER_MISSES: {{ $svc.cache.fillAfterMisses | int64 | quote }}
+SG_CACHE__FILL_ROWS_PER_SEC: {{ $svc.cache.fillRowsPerSec | int64 | quote }}
 SG_KAFKA__CONTENT_TOPIC: {{ $v.kafka.contentTopic | quote }}
 SG_FEED__MODE: {{ $svc.feed.mode | quote }}
 SG_FEED__PULL_THRESHOLD: {{ $svc.feed.pullThreshold | int64 | quote }}

@@ -213,7 +213,16 @@ pub struct CacheSettings {
     /// 2 leaves a list read only once uncached, so that cold read costs the database one page
     /// query and not also a read of the whole list.
     pub fill_after_misses: u32,
+    /// Entries the fills of one instance write per second between them, per cache (a token
+    /// bucket; the database rows they read follow the same pace, as a slot is held until its
+    /// fill is written); a miss while every slot is taken then waits in a queue of
+    /// [`socialgraph_cache::lists::FILL_QUEUE`]. 0: no budget, and no queue.
+    pub fill_rows_per_sec: u32,
 }
+
+/// `cache.fill_rows_per_sec` by default (see the README's performance section for how it was
+/// chosen).
+pub const DEFAULT_FILL_ROWS_PER_SEC: u32 = 20_000;
 
 impl Default for CacheSettings {
     fn default() -> Self {
@@ -232,15 +241,18 @@ impl Default for CacheSettings {
             hot_staleness_ms: 1000,
             fill_slots: socialgraph_cache::lists::FILL_SLOTS,
             fill_after_misses: 1,
+            fill_rows_per_sec: DEFAULT_FILL_ROWS_PER_SEC,
         }
     }
 }
 
 impl CacheSettings {
     /// The fill slots of one list cache of one instance: `fill_slots` at once, each list
-    /// filled from its `fill_after_misses`-th miss.
+    /// filled from its `fill_after_misses`-th miss, within `fill_rows_per_sec` (then queued).
     pub fn fill_slots(&self) -> socialgraph_cache::lists::FillSlots {
-        socialgraph_cache::lists::FillSlots::admitting(self.fill_slots, self.fill_after_misses)
+        use socialgraph_cache::lists::{FILL_QUEUE, FillSlots};
+        let queue = if self.fill_rows_per_sec == 0 { 0 } else { FILL_QUEUE };
+        FillSlots::admitting(self.fill_slots, self.fill_after_misses).queueing(queue).pacing(self.fill_rows_per_sec)
     }
 
     /// The list caches of these settings over one pool; `None` when `url` is empty.

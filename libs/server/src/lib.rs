@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use admin::serve_admin;
-pub use config::{AuthSettings, CacheSettings, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config};
+pub use config::{
+    AuthSettings, CacheSettings, DEFAULT_FILL_ROWS_PER_SEC, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config,
+};
 pub use error::{ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
 pub use red::RpcMetrics;
 use tokio::net::TcpListener;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
-use socialgraph_cache::lists::{CachedEdge, FillSlots, ListCaches, Lookup, PageRead};
+use socialgraph_cache::lists::{CachedEdge, FillSlot, FillSlots, ListCaches, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
@@ -242,8 +242,9 @@ impl Caches {
         Ok(answers)
     }
 
-    /// Starts filling `user_id`'s follower window in the background when a fill slot is free
-    /// ([`FillSlots::try_start`]).
+    /// Starts filling `user_id`'s follower window in the background when a fill slot or a place
+    /// in the fill queue is free ([`FillSlots::try_start`]); the fill writes within the row
+    /// budget ([`FillSlot::pace`]).
     fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64) {
         let slot = match self.fills.try_start(user_id) {
             Ok(slot) => slot,
@@ -254,8 +255,9 @@ impl Caches {
         };
         let (this, db) = (Arc::clone(self), db.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let result = this.fill(&db, user_id).await.unwrap_or_else(|e| {
+            let mut slot = slot;
+            slot.turn().await;
+            let result = this.fill(&db, user_id, &slot).await.unwrap_or_else(|e| {
                 tracing::debug!(user_id, error = %e, "follower window fill failed");
                 "failed"
             });
@@ -266,7 +268,7 @@ impl Caches {
     /// Fills `user_id`'s follower window: marker, then the positions applied to the cache and
     /// the database read (rows and offsets in one snapshot), repeated until the offsets cover
     /// the positions of every partition ([`Fence::read_covering`]), then the merge.
-    async fn fill(&self, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, FillError> {
+    async fn fill(&self, db: &DatabaseConnection, user_id: i64, slot: &FillSlot) -> Result<&'static str, FillError> {
         let cache = &self.lists.followers;
         let Some(nonce) = cache.begin_fill(user_id).await? else { return Ok("skipped") };
         let window = cache.limits().window;
@@ -276,7 +278,7 @@ impl Caches {
             return Ok("too_long");
         };
         let cached: Vec<CachedEdge> = read.followed.iter().chain(&read.not_followed).map(cached_follower).collect();
-        Ok(if cache.commit_fill(user_id, &nonce, &cached, read.boundary).await? { "cached" } else { "raced" })
+        Ok(if cache.commit_fill_paced(user_id, &nonce, &cached, read.boundary, Some(slot)).await? { "cached" } else { "raced" })
     }
 }
 

@@ -11,7 +11,7 @@
 
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::lists::{CachedEdge, FillSlots, ListCache, Lookup, PageRead};
+use socialgraph_cache::lists::{CachedEdge, FillSlot, FillSlots, ListCache, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
@@ -234,8 +234,9 @@ impl Relations {
         Ok(Some(answers))
     }
 
-    /// Starts filling `user_id`'s cached list in the background when a fill slot is free
-    /// ([`FillSlots::try_start`]).
+    /// Starts filling `user_id`'s cached list in the background when a fill slot or a place in
+    /// the fill queue is free ([`FillSlots::try_start`]); the fill writes within the row budget
+    /// ([`FillSlot::pace`]).
     pub(crate) fn spawn_fill(&self, c: &Caches, user_id: i64) {
         let slot = match c.fills.try_start(user_id) {
             Ok(slot) => slot,
@@ -246,8 +247,9 @@ impl Relations {
         };
         let (c, db) = (c.clone(), self.db.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let result = match fill_following(&c, &db, user_id).await {
+            let mut slot = slot;
+            slot.turn().await;
+            let result = match fill_following(&c, &db, user_id, &slot).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::debug!(user_id, error = %e, "cache fill failed");
@@ -291,7 +293,12 @@ impl Relations {
 /// Fills `user_id`'s cached list: marker first, then the database read, then the merge (see
 /// [`socialgraph_cache::following`] for why this order closes the fill race). Returns the
 /// result for `sg_cache_fills_total`.
-async fn fill_following(c: &Caches, db: &DatabaseConnection, user_id: i64) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
+async fn fill_following(
+    c: &Caches,
+    db: &DatabaseConnection,
+    user_id: i64,
+    slot: &FillSlot,
+) -> Result<&'static str, Box<dyn std::error::Error + Send + Sync>> {
     let Some(nonce) = c.following.begin_fill(user_id).await? else { return Ok("skipped") };
     let window = c.following.limits().window;
     let Some(read) = windows::read(db, EdgeTable::Following, user_id, window, NOT_FOLLOWED_MAX_PER_WINDOW * window.max(1)).await? else {
@@ -300,7 +307,7 @@ async fn fill_following(c: &Caches, db: &DatabaseConnection, user_id: i64) -> Re
         return Ok("too_long");
     };
     let cached: Vec<CachedEdge> = read.followed.iter().chain(&read.not_followed).map(cached_edge).collect();
-    Ok(if c.following.commit_fill(user_id, &nonce, &cached, read.boundary).await? { "cached" } else { "raced" })
+    Ok(if c.following.commit_fill_paced(user_id, &nonce, &cached, read.boundary, Some(slot)).await? { "cached" } else { "raced" })
 }
 
 /// A fill also reads the list's unfollowed and hidden edges inside the window (their versions

@@ -4,16 +4,34 @@
 //! (admission on the n-th miss, the "doorkeeper" of TinyLFU: Einziger, Friedman and Manes,
 //! *TinyLFU: A Highly Efficient Cache Admission Policy*, 2017): a list read once is answered
 //! by one page query instead of that query plus a read of the whole list.
+//!
+//! With a row budget ([`FillSlots::pacing`]) the fills of one instance and cache write at most
+//! that many entries a second between them (a token bucket, [`governor`]'s GCRA): under a burst
+//! of misses the fills trail the reads instead of taking the cores and the cache Redis from
+//! them, and a miss beyond the slots waits in a bounded queue ([`FillSlots::queueing`]) instead
+//! of starting no fill, so every list still gets filled once the burst is over.
 
 use std::collections::HashSet;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Background fills running at once per instance and cache, by default.
 pub const FILL_SLOTS: usize = 8;
+
+/// Most fills of one instance and cache waiting for a slot when the fills are queued
+/// ([`FillSlots::queueing`]); a miss beyond them starts none (`busy`).
+pub const FILL_QUEUE: usize = 1_000;
+
+/// The row budget's least burst and largest step: one fill part.
+const PART: NonZeroU32 = match NonZeroU32::new(super::FILL_PART as u32) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
 
 /// How long an instance remembers a list's misses towards its admission (a list missed again
 /// later than this after its last counted miss starts counting afresh).
@@ -30,13 +48,22 @@ pub struct FillSlots {
     /// Misses counted per list towards `after_misses`; `None` when every miss fills.
     misses: Option<moka::sync::Cache<i64, Arc<AtomicU32>>>,
     after_misses: u32,
+    /// Fills at once (the semaphore's permits).
+    size: usize,
+    /// Fills that may wait for a slot.
+    queue: usize,
+    /// The row budget shared by this cache's fills; `None`: unpaced.
+    rows: Option<Arc<DefaultDirectRateLimiter>>,
 }
 
-/// A running fill of one user's list; dropping it frees the slot.
+/// A fill of one user's list, running or queued (then [`FillSlot::turn`] waits for its slot);
+/// dropping it frees the slot and the list.
 pub struct FillSlot {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
+    slots: Arc<Semaphore>,
     running: Arc<Mutex<HashSet<i64>>>,
     user_id: i64,
+    rows: Option<Arc<DefaultDirectRateLimiter>>,
 }
 
 /// Why a miss started no fill.
@@ -45,7 +72,8 @@ pub enum NotStarted {
     /// The list has missed fewer than the admission's count of times in
     /// [`ADMISSION_WINDOW`]; this miss was counted.
     Deferred,
-    /// Every slot is taken, or that list's fill already runs here; the next miss tries again.
+    /// Every slot and place in the queue is taken, or that list's fill already runs or waits
+    /// here; the next miss tries again.
     Busy,
 }
 
@@ -75,13 +103,35 @@ impl FillSlots {
     /// miss within [`ADMISSION_WINDOW`] (0 and 1: from its first).
     pub fn admitting(slots: usize, after_misses: u32) -> Self {
         let misses = (after_misses > 1).then(|| moka::sync::Cache::builder().max_capacity(ADMISSION_CAPACITY).time_to_idle(ADMISSION_WINDOW).build());
-        Self { slots: Arc::new(Semaphore::new(slots.max(1))), running: Arc::default(), misses, after_misses }
+        let size = slots.max(1);
+        Self { slots: Arc::new(Semaphore::new(size)), running: Arc::default(), misses, after_misses, size, queue: 0, rows: None }
     }
 
-    /// A slot for filling `user_id`'s list after a miss, unless the list is not admitted yet
-    /// or every slot is taken or that list's fill already runs here (the read that missed is
-    /// answered from the database anyway; a later miss tries again). A started fill clears the
-    /// list's count of misses.
+    /// The same slots with up to `queue` fills waiting for one (0: a miss while every slot is
+    /// taken starts none).
+    #[must_use]
+    pub fn queueing(mut self, queue: usize) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The same slots with their fills writing at most `rows_per_sec` entries a second between
+    /// them ([`FillSlot::pace`]; bursts of up to a tenth of a second's budget, and at least one
+    /// fill part); 0: unpaced.
+    #[must_use]
+    pub fn pacing(mut self, rows_per_sec: u32) -> Self {
+        self.rows = NonZeroU32::new(rows_per_sec).map(|rate| {
+            let burst = NonZeroU32::new(rows_per_sec / 10).map_or(PART, |b| b.max(PART));
+            Arc::new(RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)))
+        });
+        self
+    }
+
+    /// A slot for filling `user_id`'s list after a miss, or a place in the queue for one
+    /// (call [`FillSlot::turn`] before the fill), unless the list is not admitted yet, or its
+    /// fill already runs or waits here, or every slot and place is taken (the read that missed
+    /// is answered from the database anyway; a later miss tries again). A started fill clears
+    /// the list's count of misses.
     ///
     /// # Errors
     /// Why no fill started.
@@ -91,14 +141,41 @@ impl FillSlots {
         {
             return Err(NotStarted::Deferred);
         }
-        let permit = Arc::clone(&self.slots).try_acquire_owned().map_err(|_| NotStarted::Busy)?;
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(user_id) {
-            return Err(NotStarted::Busy);
+        let permit = Arc::clone(&self.slots).try_acquire_owned().ok();
+        {
+            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            // The set holds the running and the queued fills: the slots taken plus the queue.
+            if (permit.is_none() && running.len() >= self.size + self.queue) || !running.insert(user_id) {
+                return Err(NotStarted::Busy);
+            }
         }
         if let Some(misses) = &self.misses {
             misses.invalidate(&user_id);
         }
-        Ok(FillSlot { _permit: permit, running: Arc::clone(&self.running), user_id })
+        Ok(FillSlot { permit, slots: Arc::clone(&self.slots), running: Arc::clone(&self.running), user_id, rows: self.rows.clone() })
+    }
+}
+
+impl FillSlot {
+    /// Waits until this fill has a slot: at once unless it was queued.
+    pub async fn turn(&mut self) {
+        if self.permit.is_none() {
+            // The semaphore is never closed, so this only fails if it were.
+            self.permit = Arc::clone(&self.slots).acquire_owned().await.ok();
+        }
+    }
+
+    /// Waits until the row budget allows `rows` more entries to be written (at once when the
+    /// fills are unpaced). A fill calls it before each part it writes.
+    pub async fn pace(&self, rows: usize) {
+        let Some(limiter) = &self.rows else { return };
+        let mut left = u32::try_from(rows).unwrap_or(u32::MAX);
+        while let Some(n) = NonZeroU32::new(left) {
+            let step = n.min(PART);
+            // A step never exceeds the burst (at least one part), so this cannot fail.
+            let _ = limiter.until_n_ready(step).await;
+            left -= step.get();
+        }
     }
 }
 
@@ -121,6 +198,36 @@ mod tests {
         assert_eq!(slots.try_start(3).err(), Some(NotStarted::Busy), "both slots taken");
         drop(a);
         assert!(slots.try_start(1).is_ok(), "a finished fill frees its list and its slot");
+    }
+
+    #[tokio::test]
+    async fn a_queued_fill_waits_for_a_slot_and_the_queue_is_bounded() {
+        let slots = FillSlots::new(1).queueing(1);
+        let running = slots.try_start(1).expect("a free slot");
+        let mut queued = slots.try_start(2).expect("a place in the queue");
+        assert_eq!(slots.try_start(2).err(), Some(NotStarted::Busy), "that list already waits");
+        assert_eq!(slots.try_start(3).err(), Some(NotStarted::Busy), "the slot and the queue are taken");
+        let waited = tokio::time::timeout(Duration::from_millis(50), queued.turn()).await;
+        assert!(waited.is_err(), "no turn while the slot is taken");
+        drop(running);
+        tokio::time::timeout(Duration::from_secs(1), queued.turn()).await.expect("the freed slot goes to the queued fill");
+        let _third = slots.try_start(3).expect("the queued fill now holds the slot, and the queue has room again");
+        assert_eq!(slots.try_start(4).err(), Some(NotStarted::Busy), "the slot and the queue are taken again");
+    }
+
+    #[tokio::test]
+    async fn paced_fills_write_no_faster_than_the_budget() {
+        let slots = FillSlots::new(2).pacing(2_000);
+        let (a, b) = (slots.try_start(1).expect("a slot"), slots.try_start(2).expect("a slot"));
+        let start = std::time::Instant::now();
+        // 1,200 rows against a burst of 200 and 2,000 a second: at least 0.5 s, shared by both.
+        tokio::join!(a.pace(600), b.pace(600));
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(450), "1,200 rows at 2,000/s took {took:?}");
+        let unpaced = FillSlots::new(1).try_start(3).expect("a slot");
+        let start = std::time::Instant::now();
+        unpaced.pace(1_000_000).await;
+        assert!(start.elapsed() < Duration::from_millis(100), "no budget: no wait");
     }
 
     #[test]

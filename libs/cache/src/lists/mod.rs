@@ -47,7 +47,7 @@ mod relationships;
 mod scripts;
 mod transactions;
 
-pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
+pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_QUEUE, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
 pub use relationships::Marks;
 
 use std::collections::{BTreeMap, HashMap};
@@ -344,11 +344,33 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn commit_fill(&self, user_id: i64, nonce: &str, edges: &[CachedEdge], boundary: Option<(i64, i64)>) -> Result<bool, CacheError> {
+        self.commit_fill_paced(user_id, nonce, edges, boundary, None).await
+    }
+
+    /// [`Self::commit_fill`] within `slot`'s row budget: each part waits for
+    /// [`FillSlot::pace`] before it is written (`None`: unpaced).
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn commit_fill_paced(
+        &self,
+        user_id: i64,
+        nonce: &str,
+        edges: &[CachedEdge],
+        boundary: Option<(i64, i64)>,
+        slot: Option<&FillSlot>,
+    ) -> Result<bool, CacheError> {
         // Large reads go in parts ([`FILL_PART`]), each a short script, so reads running
         // beside the fill wait little for Redis; the marker is checked by every part.
         let split = edges.len().saturating_sub(1) / FILL_PART * FILL_PART;
         let (parts, last) = edges.split_at(split);
+        let pace = |n: usize| async move {
+            if let Some(slot) = slot {
+                slot.pace(n).await;
+            }
+        };
         for part in parts.chunks(FILL_PART) {
+            pace(part.len()).await;
             let mut inv = self.invocation(&self.scripts.fill_add, user_id);
             inv.arg(nonce);
             push_edges(&mut inv, part);
@@ -357,6 +379,7 @@ impl ListCache {
             }
         }
         let edges = last;
+        pace(edges.len()).await;
         let mut inv = self.invocation(&self.scripts.fill_commit, user_id);
         inv.arg(nonce).arg(self.ttl_secs()).arg(self.limits.window);
         match boundary {
