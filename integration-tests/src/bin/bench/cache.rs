@@ -6,7 +6,8 @@
 //! relation-svc without a cache on the same database), each beside the same read done raw on
 //! the cache Redis (ZREVRANGE, ZMSCORE on the same sorted sets) and on PostgreSQL; the cold
 //! rows again on instances with other fill settings (`cache.fill_after_misses` 2, one fill
-//! slot, and the defaults once more, measured last).
+//! slot, no `cache.fill_rows_per_sec` budget, a budget of 5,000, and the defaults once more,
+//! measured last).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use socialgraph_cli::{EdgeFileOptions, EdgeFormat, read_follow_file};
 use socialgraph_integration_tests::{Mesh, Svc, cache_settings, metric, metric_sum, raw_redis_conn, spawn_relation};
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_proto::relation::v1::{BatchGetRelationshipsRequest, ListFollowingRequest};
+use socialgraph_server::DEFAULT_FILL_ROWS_PER_SEC;
 use tonic::transport::Channel;
 
 use crate::CacheArgs;
@@ -176,16 +178,22 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     // and cache Redis, each started with no miss counted): what `cache.fill_slots` and
     // `cache.fill_after_misses` trade.
     let mut variants = Vec::new();
-    for (label, slots, after_misses) in
-        [("fills from the 2nd miss", FILL_SLOTS, 2), ("1 fill slot", 1, 1), ("fills from the 1st miss", FILL_SLOTS, 1)]
-    {
+    let budget = DEFAULT_FILL_ROWS_PER_SEC;
+    for (label, slots, after_misses, rows) in [
+        ("fills from the 2nd miss", FILL_SLOTS, 2, budget),
+        ("1 fill slot", 1, 1, budget),
+        ("no fill budget", FILL_SLOTS, 1, 0),
+        ("fill budget 5,000 rows/s", FILL_SLOTS, 1, 5_000),
+        ("defaults", FILL_SLOTS, 1, budget),
+    ] {
         let mut config = mesh.relation_config();
         config.kafka.relay_enabled = false;
-        (config.cache.fill_slots, config.cache.fill_after_misses) = (slots, after_misses);
+        (config.cache.fill_slots, config.cache.fill_after_misses, config.cache.fill_rows_per_sec) = (slots, after_misses, rows);
         let svc = spawn_relation(config).await?;
         let c = RelationServiceClient::new(svc.channel().await?);
         let page_cold = timed(a.reads, &evict, |i| page(&c, users[i])).await?;
         let batch_cold = timed(a.reads, &evict, |i| batch(&c, users[i], others[i].clone())).await?;
+        fills_settled(&svc).await?;
         svc.stop().await?;
         variants.push((format!("following page (50), cold, {label}"), page_cold, format!("BatchGetRelationships(100), cold, {label}"), batch_cold));
     }
