@@ -115,7 +115,7 @@ async fn evicting_either_key_makes_the_list_a_miss_never_a_partial_answer() -> a
 }
 
 #[tokio::test]
-async fn a_fill_whose_marker_was_evicted_or_taken_over_marks_nothing_complete() -> anyhow::Result<()> {
+async fn a_fill_whose_marker_was_evicted_or_taken_over_after_its_lease_marks_nothing_complete() -> anyhow::Result<()> {
     let (cache, keys) = fresh().await?;
     let first = cache.begin_fill(USER).await?.expect("a fill starts");
     del(&[keys.following_versions(USER)]).await?;
@@ -123,6 +123,9 @@ async fn a_fill_whose_marker_was_evicted_or_taken_over_marks_nothing_complete() 
     assert_eq!(list(&cache).await?, None);
 
     let first = cache.begin_fill(USER).await?.expect("a fill starts");
+    assert_eq!(cache.begin_fill(USER).await?, None, "no takeover while the first fill's lease runs");
+    // The first fill's lease runs out (its instance stopped): the next fill takes over.
+    let _: i64 = redis::AsyncCommands::hdel(&mut redis_conn(&cache_redis_url()).await?, keys.following_versions(USER), "_fl").await?;
     let second = cache.begin_fill(USER).await?.expect("a second fill takes over");
     assert!(!cache.commit_fill(USER, &first, &[edge(1, 1, true, 100)], None).await?, "the first fill lost its marker");
     assert_eq!(list(&cache).await?, None);

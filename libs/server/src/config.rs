@@ -207,16 +207,19 @@ pub struct CacheSettings {
     pub hot_staleness_ms: u64,
     /// Background list fills one instance runs at once per cache (following lists in
     /// relation-svc, follower windows in projection-svc); a miss while every slot is taken
-    /// starts none, and a later miss tries again.
+    /// waits in the queue of `fill_rows_per_sec`, or with no budget starts none (a later miss
+    /// tries again).
     pub fill_slots: usize,
     /// Which miss of a list, counted per instance within 60 s, starts its fill: 1, the first;
     /// 2 leaves a list read only once uncached, so that cold read costs the database one page
     /// query and not also a read of the whole list.
     pub fill_after_misses: u32,
     /// Entries the fills of one instance write per second between them, per cache (a token
-    /// bucket; the database rows they read follow the same pace, as a slot is held until its
-    /// fill is written); a miss while every slot is taken then waits in a queue of
-    /// [`socialgraph_cache::lists::FILL_QUEUE`]. 0: no budget, and no queue.
+    /// bucket with bursts of a tenth of a second's budget, at least one fill part). A fill reads
+    /// its list from the database when it gets a slot, and a slot is held until its fill is
+    /// written, so the fills' database reads follow the same pace on average. A miss while
+    /// every slot is taken then waits in a queue of [`socialgraph_cache::lists::FILL_QUEUE`].
+    /// 0: no budget, and no queue.
     pub fill_rows_per_sec: u32,
 }
 

@@ -53,7 +53,15 @@ pub struct FillSlots {
     /// Fills that may wait for a slot.
     queue: usize,
     /// The row budget shared by this cache's fills; `None`: unpaced.
-    rows: Option<Arc<DefaultDirectRateLimiter>>,
+    rows: Option<Arc<Budget>>,
+}
+
+/// A row budget and the order of the fills waiting on it: the limiter alone would let a fill
+/// asking for a small step take cells before one asking for a whole part, so a long list
+/// could wait behind a stream of short ones; the FIFO lock hands the budget out in turn.
+struct Budget {
+    limiter: DefaultDirectRateLimiter,
+    turn: tokio::sync::Mutex<()>,
 }
 
 /// A fill of one user's list, running or queued (then [`FillSlot::turn`] waits for its slot);
@@ -63,7 +71,7 @@ pub struct FillSlot {
     slots: Arc<Semaphore>,
     running: Arc<Mutex<HashSet<i64>>>,
     user_id: i64,
-    rows: Option<Arc<DefaultDirectRateLimiter>>,
+    rows: Option<Arc<Budget>>,
 }
 
 /// Why a miss started no fill.
@@ -122,7 +130,7 @@ impl FillSlots {
     pub fn pacing(mut self, rows_per_sec: u32) -> Self {
         self.rows = NonZeroU32::new(rows_per_sec).map(|rate| {
             let burst = NonZeroU32::new(rows_per_sec / 10).map_or(PART, |b| b.max(PART));
-            Arc::new(RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)))
+            Arc::new(Budget { limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)), turn: tokio::sync::Mutex::new(()) })
         });
         self
     }
@@ -168,12 +176,13 @@ impl FillSlot {
     /// Waits until the row budget allows `rows` more entries to be written (at once when the
     /// fills are unpaced). A fill calls it before each part it writes.
     pub async fn pace(&self, rows: usize) {
-        let Some(limiter) = &self.rows else { return };
+        let Some(budget) = &self.rows else { return };
         let mut left = u32::try_from(rows).unwrap_or(u32::MAX);
         while let Some(n) = NonZeroU32::new(left) {
             let step = n.min(PART);
+            let _turn = budget.turn.lock().await;
             // A step never exceeds the burst (at least one part), so this cannot fail.
-            let _ = limiter.until_n_ready(step).await;
+            let _ = budget.limiter.until_n_ready(step).await;
             left -= step.get();
         }
     }

@@ -38,6 +38,9 @@
 //!   nothing served. A relationship entry that is gone stays gone until asked again, and a
 //!   reader fills only the entries it marked itself and that are still pending, or older ones
 //!   ([`Marks`]).
+//! - **Two fills of one list** (two replicas that both missed it): a fill's marker carries a
+//!   lease ([`FILL_LEASE`], renewed by each part it writes), and another fill takes the list
+//!   over only once that has run out; the fill taken over marks nothing served.
 //! - **Windows**: adding to a window drops its oldest members; what is dropped becomes the
 //!   boundary, so the set always holds every followed entry newer than the boundary. Removals
 //!   only shrink the window.
@@ -75,6 +78,13 @@ pub const CHUNK: usize = 250;
 /// fills gained (follower page p99 3.95 → 1.82 ms); cold reads' p99 did not move, as the
 /// fill's whole cost still shares the cores with them.
 pub const FILL_PART: usize = 100;
+
+/// How long a fill holds its list against another fill's takeover (another instance's, or
+/// this one's after a failure) from its start and from each part it writes: a paced fill
+/// ([`FillSlot::pace`]) of a long list runs for seconds, and without a lease two replicas
+/// filling one list took it from each other and each read the whole list again. A fill that
+/// stopped (its instance died) blocks its list's fills for at most this long.
+pub const FILL_LEASE: Duration = Duration::from_secs(10);
 
 /// Which list of a user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,16 +320,16 @@ impl ListCache {
         Ok((n >= 0).then_some(n))
     }
 
-    /// Starts filling `user_id`'s list: `None` when it is already served or known to be too
-    /// long to cache, else the fill's nonce, to pass to [`Self::commit_fill`] with the database
-    /// read made **after** this call.
+    /// Starts filling `user_id`'s list: `None` when it is already served, known to be too long
+    /// to cache, or being filled under another fill's lease ([`FILL_LEASE`]), else the fill's
+    /// nonce, to pass to [`Self::commit_fill`] with the database read made **after** this call.
     ///
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn begin_fill(&self, user_id: i64) -> Result<Option<String>, CacheError> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
         let mut inv = self.invocation(&self.scripts.fill_begin, user_id);
-        inv.arg(&nonce).arg(self.ttl_secs());
+        inv.arg(&nonce).arg(self.ttl_secs()).arg(FILL_LEASE.as_millis() as u64);
         let state: String = self.run(inv).await?;
         Ok((state == "f").then_some(nonce))
     }
@@ -372,7 +382,7 @@ impl ListCache {
         for part in parts.chunks(FILL_PART) {
             pace(part.len()).await;
             let mut inv = self.invocation(&self.scripts.fill_add, user_id);
-            inv.arg(nonce);
+            inv.arg(nonce).arg(FILL_LEASE.as_millis() as u64);
             push_edges(&mut inv, part);
             if self.run::<i64>(inv).await? == 0 {
                 return Ok(false);

@@ -189,29 +189,37 @@ end
 return changed
 ";
 
-/// FILL_BEGIN: ARGV = nonce, ttl (s). Returns the state when the list is already served (`c`
-/// or `w`), `x` when it is known to be too long to cache, else starts (or takes over) a fill
-/// under `nonce` and returns `f`.
+/// FILL_BEGIN: ARGV = nonce, ttl (s), lease (ms). Returns the state when the list is already
+/// served (`c` or `w`), `x` when it is known to be too long to cache, `b` when another fill's
+/// lease (`_fl`, a deadline in ms on the Redis clock) has not run out, else starts (or takes
+/// over) a fill under `nonce` with a lease of `lease` ms and returns `f`.
 pub const FILL_BEGIN: &str = r"
 if state() == 'x' then return 'x' end
 local served = ok()
 if served then return served end
 local s = state()
-if not (s and string.sub(s, 1, 2) == 'f:' and consistent()) then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if s and string.sub(s, 1, 2) == 'f:' and consistent() then
+  if tonumber(redis.call('HGET', KEYS[2], '_fl') or '0') > now then return 'b' end
+else
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('HSET', KEYS[2], '_n', 0)
 end
-redis.call('HSET', KEYS[2], '_s', 'f:' .. ARGV[1])
+redis.call('HSET', KEYS[2], '_s', 'f:' .. ARGV[1], '_fl', now + tonumber(ARGV[3]))
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 'f'
 ";
 
-/// FILL_ADD: ARGV = nonce, (member, signed version, score)*: merges one part of a fill's
-/// database read while the fill's marker is there; returns 1, else 0.
+/// FILL_ADD: ARGV = nonce, lease (ms), (member, signed version, score)*: merges one part of a
+/// fill's database read while the fill's marker is there and renews its lease; returns 1,
+/// else 0.
 pub const FILL_ADD: &str = r"
 if state() ~= 'f:' .. ARGV[1] then return 0 end
 if not consistent() then return 0 end
-merge_from(2)
+merge_from(3)
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[2], '_fl', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
 return 1
 ";
 
