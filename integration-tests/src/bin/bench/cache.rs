@@ -49,6 +49,19 @@ pub(crate) async fn none(_: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Latencies of `n` sequential gRPC health checks of `svc`: the floor of any of its calls.
+async fn health_checks(svc: &Svc, n: usize) -> anyhow::Result<Hist> {
+    let health = tonic_health::pb::health_client::HealthClient::new(svc.channel().await?);
+    timed(n, none, |_| {
+        let mut h = health.clone();
+        async move {
+            h.check(tonic_health::pb::HealthCheckRequest::default()).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await
+}
+
 /// Waits until `svc`'s background fills have ended: its `sg_cache_fills_total` (every cache and
 /// result) unchanged over one second, at most 60 s. A fixed pause was too short after the
 /// follower warm-up (200 windows of 10,000 entries), so the warm rows measured reads queued
@@ -142,15 +155,7 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     fills_settled(&mesh.relation).await?;
     let before = mesh.relation.metrics().await?;
     // The floor of any call: a gRPC health check through the same channel, beside a Redis PING.
-    let health = tonic_health::pb::health_client::HealthClient::new(mesh.relation.channel().await?);
-    let floor = timed(a.reads, none, |_| {
-        let mut h = health.clone();
-        async move {
-            h.check(tonic_health::pb::HealthCheckRequest::default()).await?;
-            anyhow::Ok(())
-        }
-    })
-    .await?;
+    let floor = health_checks(&mesh.relation, a.reads).await?;
     let raw_ping = timed(a.reads, none, |_| {
         let mut conn = cache_conn.clone();
         async move {
@@ -195,17 +200,9 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         let batch_cold = timed(a.reads, &evict, |i| batch(&c, users[i], others[i].clone())).await?;
         fills_settled(&svc).await?;
         if label == "defaults" {
-            // The warm rows again on this instance, whose relay is off (the main instance's
-            // relay polls the outbox beside every read).
-            let health = tonic_health::pb::health_client::HealthClient::new(svc.channel().await?);
-            let health = timed(a.reads, none, |_| {
-                let mut h = health.clone();
-                async move {
-                    h.check(tonic_health::pb::HealthCheckRequest::default()).await?;
-                    anyhow::Ok(())
-                }
-            })
-            .await?;
+            // The warm rows again on this instance, whose relay is off and which served no
+            // import (the main instance did both).
+            let health = health_checks(&svc, a.reads).await?;
             let page_warm = timed(a.reads, none, |i| page(&c, users[i])).await?;
             let batch_warm = timed(a.reads, none, |i| batch(&c, users[i], others[i].clone())).await?;
             relay_off = Some((health, page_warm, batch_warm));
