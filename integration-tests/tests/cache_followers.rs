@@ -397,6 +397,12 @@ async fn a_burst_of_misses_is_answered_from_the_database_and_every_list_filled_w
             r.following.iter().map(|e| (e.user_id, e.followed_at.as_ref().map_or(0, socialgraph_domain::timestamp_to_ms))).collect();
         assert_eq!(got, following[&u], "user {u}'s following list, read during the burst");
     }
+    // The budget cannot have written 2,000 entries within a second: fills are still pending.
+    let pending = |text: &str, cache: &str| metric_sum(text, "sg_cache_fills_pending", &format!("cache=\"{cache}\""));
+    let text = m.relation.metrics().await?;
+    if following_start.elapsed() < Duration::from_secs(1) {
+        assert!(pending(&text, "following") >= 1.0, "the following lists' fills are counted as pending while they run");
+    }
     let followers_start = std::time::Instant::now();
     for &u in &followees {
         let r = p.list_followers(pp::ListFollowersRequest { user_id: u, page_size: 1000, ..Default::default() }).await?.into_inner();
@@ -438,9 +444,9 @@ async fn a_burst_of_misses_is_answered_from_the_database_and_every_list_filled_w
     for (svc, cache, lists) in [(&m.relation, "following", users.len()), (&m.projection, "followers", followees.len())] {
         // The counter moves just after the list is served.
         let fills = |text: &str, result: &str| metric_sum(text, "sg_cache_fills_total", &format!("cache=\"{cache}\",result=\"{result}\""));
-        let text = socialgraph_testkit::eventually(Duration::from_secs(10), "every fill to be counted", || async {
+        let text = socialgraph_testkit::eventually(Duration::from_secs(10), "every fill to be counted and none pending", || async {
             let text = svc.metrics().await?;
-            Ok((fills(&text, "cached") >= lists as f64).then_some(text))
+            Ok((fills(&text, "cached") >= lists as f64 && pending(&text, cache) == 0.0).then_some(text))
         })
         .await?;
         assert_eq!(fills(&text, "busy"), 0.0, "{cache}: the misses beyond the one slot waited for it");

@@ -32,15 +32,27 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
 
-/// The cache counters relation-svc and projection-svc both export, registered in
-/// `registry`: `sg_cache_requests_total{cache,rpc,result}` (reads: local, hit, miss,
-/// past_window, partial, uncached (a restriction summary being filled elsewhere or too long),
-/// fallback) and `sg_cache_fills_total{cache,result}` (fills: cached,
-/// raced, too_long, behind, skipped, failed).
+/// The cache metrics relation-svc and projection-svc both export ([`cache_counters`]).
+#[derive(Clone)]
+pub struct CacheCounters {
+    /// `sg_cache_requests_total{cache,rpc,result}`: reads by result (local, hit, miss,
+    /// past_window, partial, uncached (a restriction summary being filled elsewhere or too
+    /// long), fallback).
+    pub requests: prometheus::IntCounterVec,
+    /// `sg_cache_fills_total{cache,result}`: fills by result (cached, raced, too_long, behind,
+    /// skipped, failed; for a miss that started none: deferred, busy).
+    pub fills: prometheus::IntCounterVec,
+    /// `sg_cache_fills_pending{cache}`: following-list and follower-window fills running or
+    /// waiting for a slot in this instance (0 when a warm-up is over).
+    pub pending: prometheus::IntGaugeVec,
+}
+
+/// The cache metrics relation-svc and projection-svc both export ([`CacheCounters`]),
+/// registered in `registry`.
 ///
 /// # Errors
 /// A metric of the same name is already registered.
-pub fn cache_counters(registry: &prometheus::Registry) -> prometheus::Result<(prometheus::IntCounterVec, prometheus::IntCounterVec)> {
+pub fn cache_counters(registry: &prometheus::Registry) -> prometheus::Result<CacheCounters> {
     let requests = prometheus::IntCounterVec::new(
         prometheus::Opts::new(
             "sg_cache_requests_total",
@@ -55,9 +67,14 @@ pub fn cache_counters(registry: &prometheus::Registry) -> prometheus::Result<(pr
         ),
         &["cache", "result"],
     )?;
+    let pending = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new("sg_cache_fills_pending", "List-cache fills running or waiting for a slot in this instance, by cache"),
+        &["cache"],
+    )?;
     registry.register(Box::new(requests.clone()))?;
     registry.register(Box::new(fills.clone()))?;
-    Ok((requests, fills))
+    registry.register(Box::new(pending.clone()))?;
+    Ok(CacheCounters { requests, fills, pending })
 }
 
 /// Whether the service should receive traffic (`/ready` answers 200 only while set). Shared by

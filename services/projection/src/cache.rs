@@ -47,24 +47,26 @@ pub struct CacheMetrics {
     pub requests: IntCounterVec,
     /// Fills by `cache` and `result`.
     pub fills: IntCounterVec,
+    /// Follower-window fills running or waiting, by `cache`.
+    pub pending: prometheus::IntGaugeVec,
     /// Deep follower pages by `result` (allowed, refused).
     pub deep_pages: IntCounterVec,
 }
 
 impl CacheMetrics {
-    /// Registers `sg_cache_requests_total`, `sg_cache_fills_total` and
-    /// `sg_cache_deep_pages_total` in `registry`.
+    /// Registers `sg_cache_requests_total`, `sg_cache_fills_total`, `sg_cache_fills_pending`
+    /// and `sg_cache_deep_pages_total` in `registry`.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let (requests, fills) = socialgraph_server::cache_counters(registry)?;
+        let socialgraph_server::CacheCounters { requests, fills, pending } = socialgraph_server::cache_counters(registry)?;
         let deep_pages = IntCounterVec::new(
             Opts::new("sg_cache_deep_pages_total", "Follower pages past the cached window, by result (allowed, refused)"),
             &["result"],
         )?;
         registry.register(Box::new(deep_pages.clone()))?;
-        Ok(Self { requests, fills, deep_pages })
+        Ok(Self { requests, fills, pending, deep_pages })
     }
 }
 
@@ -254,8 +256,12 @@ impl Caches {
             }
         };
         let (this, db) = (Arc::clone(self), db.clone());
+        let pending = self.metrics.pending.with_label_values(&["followers"]);
+        pending.inc();
+        // Counted out however the task ends, also when it never runs (its runtime stopped).
+        let pending = scopeguard::guard(pending, |p| p.dec());
         tokio::spawn(async move {
-            let mut slot = slot;
+            let (mut slot, _pending) = (slot, pending);
             slot.turn().await;
             let result = this.fill(&db, user_id, &slot).await.unwrap_or_else(|e| {
                 tracing::debug!(user_id, error = %e, "follower window fill failed");

@@ -26,24 +26,26 @@ pub struct CacheMetrics {
     pub requests: IntCounterVec,
     /// Fills by `cache` and `result`.
     pub fills: IntCounterVec,
+    /// Following-list fills running or waiting, by `cache`.
+    pub pending: prometheus::IntGaugeVec,
     /// Write-throughs by `result` (ok, failed).
     pub writes: IntCounterVec,
 }
 
 impl CacheMetrics {
-    /// Registers `sg_cache_requests_total`, `sg_cache_fills_total` and
-    /// `sg_cache_writes_total` in `registry`.
+    /// Registers `sg_cache_requests_total`, `sg_cache_fills_total`, `sg_cache_fills_pending`
+    /// and `sg_cache_writes_total` in `registry`.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let (requests, fills) = socialgraph_server::cache_counters(registry)?;
+        let socialgraph_server::CacheCounters { requests, fills, pending } = socialgraph_server::cache_counters(registry)?;
         let writes = IntCounterVec::new(
             Opts::new("sg_cache_writes_total", "Write-throughs of the caller's own changes by cache and result"),
             &["cache", "result"],
         )?;
         registry.register(Box::new(writes.clone()))?;
-        Ok(Self { requests, fills, writes })
+        Ok(Self { requests, fills, pending, writes })
     }
 }
 
@@ -246,8 +248,12 @@ impl Relations {
             }
         };
         let (c, db) = (c.clone(), self.db.clone());
+        let pending = c.metrics.pending.with_label_values(&["following"]);
+        pending.inc();
+        // Counted out however the task ends, also when it never runs (its runtime stopped).
+        let pending = scopeguard::guard(pending, |p| p.dec());
         tokio::spawn(async move {
-            let mut slot = slot;
+            let (mut slot, _pending) = (slot, pending);
             slot.turn().await;
             let result = match fill_following(&c, &db, user_id, &slot).await {
                 Ok(r) => r,

@@ -62,23 +62,25 @@ async fn health_checks(svc: &Svc, n: usize) -> anyhow::Result<Hist> {
     .await
 }
 
-/// Waits until `svc`'s background fills have ended: its `sg_cache_fills_total` (every cache and
-/// result) unchanged over one second, at most 60 s. A fixed pause was too short after the
-/// follower warm-up (200 windows of 10,000 entries), so the warm rows measured reads queued
-/// behind fills.
+/// Waits until `svc`'s background fills have ended: no fill running or queued
+/// (`sg_cache_fills_pending`, following lists and follower windows) and its
+/// `sg_cache_fills_total` (every cache and result, restriction summaries too) unchanged over
+/// one second, at most 120 s. A fixed pause was too short after the follower warm-up (200
+/// windows of 10,000 entries), so the warm rows measured reads queued behind fills; an
+/// unchanged counter alone missed paced fills of long lists still under way.
 pub(crate) async fn fills_settled(svc: &Svc) -> anyhow::Result<()> {
-    let fills = |text: String| metric_sum(&text, "sg_cache_fills_total", "");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = fills(svc.metrics().await?);
+    let state = |text: String| (metric_sum(&text, "sg_cache_fills_total", ""), metric_sum(&text, "sg_cache_fills_pending", ""));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = state(svc.metrics().await?);
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = fills(svc.metrics().await?);
-        if now == last {
+        let now = state(svc.metrics().await?);
+        if now == last && now.1 == 0.0 {
             return Ok(());
         }
         last = now;
     }
-    anyhow::bail!("fills still running after 60 s")
+    anyhow::bail!("fills still running after 120 s")
 }
 
 /// The users read: alternately one of the 200 first of `users_by_followings` (by count, most
