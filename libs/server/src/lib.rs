@@ -6,6 +6,7 @@
 mod admin;
 pub mod auth;
 pub mod cache_drain;
+mod cache_fill;
 pub mod cli;
 mod config;
 mod error;
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use admin::serve_admin;
+pub use cache_fill::spawn_fill;
 pub use config::{
     AuthSettings, CacheSettings, DEFAULT_FILL_ROWS_PER_SEC, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config,
 };

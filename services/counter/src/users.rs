@@ -92,12 +92,12 @@ fn merge_offsets(acc: Option<HashMap<i32, i64>>, got: HashMap<i32, i64>) -> Hash
     match acc {
         None => got,
         Some(mut acc) => {
-            acc.retain(|p, n| {
-                got.get(p)
-                    .map(|g| {
-                        *n = (*n).min(*g);
-                    })
-                    .is_some()
+            acc.retain(|p, n| match got.get(p) {
+                Some(g) => {
+                    *n = (*n).min(*g);
+                    true
+                }
+                None => false,
             });
             acc
         }

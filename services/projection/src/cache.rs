@@ -248,26 +248,9 @@ impl Caches {
     /// in the fill queue is free ([`FillSlots::try_start`]); the fill writes within the row
     /// budget ([`FillSlot::pace`]).
     fn spawn_fill(self: &Arc<Self>, db: &DatabaseConnection, user_id: i64) {
-        let slot = match self.fills.try_start(user_id) {
-            Ok(slot) => slot,
-            Err(not) => {
-                self.metrics.fills.with_label_values(&["followers", not.label()]).inc();
-                return;
-            }
-        };
         let (this, db) = (Arc::clone(self), db.clone());
-        let pending = self.metrics.pending.with_label_values(&["followers"]);
-        pending.inc();
-        // Counted out however the task ends, also when it never runs (its runtime stopped).
-        let pending = scopeguard::guard(pending, |p| p.dec());
-        tokio::spawn(async move {
-            let (mut slot, _pending) = (slot, pending);
-            slot.turn().await;
-            let result = this.fill(&db, user_id, &slot).await.unwrap_or_else(|e| {
-                tracing::debug!(user_id, error = %e, "follower window fill failed");
-                "failed"
-            });
-            this.metrics.fills.with_label_values(&["followers", result]).inc();
+        socialgraph_server::spawn_fill(&self.metrics.fills, &self.metrics.pending, &self.fills, "followers", user_id, move |slot| async move {
+            this.fill(&db, user_id, &slot).await
         });
     }
 

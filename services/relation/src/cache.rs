@@ -240,29 +240,9 @@ impl Relations {
     /// the fill queue is free ([`FillSlots::try_start`]); the fill writes within the row budget
     /// ([`FillSlot::pace`]).
     pub(crate) fn spawn_fill(&self, c: &Caches, user_id: i64) {
-        let slot = match c.fills.try_start(user_id) {
-            Ok(slot) => slot,
-            Err(not) => {
-                c.metrics.fills.with_label_values(&["following", not.label()]).inc();
-                return;
-            }
-        };
-        let (c, db) = (c.clone(), self.db.clone());
-        let pending = c.metrics.pending.with_label_values(&["following"]);
-        pending.inc();
-        // Counted out however the task ends, also when it never runs (its runtime stopped).
-        let pending = scopeguard::guard(pending, |p| p.dec());
-        tokio::spawn(async move {
-            let (mut slot, _pending) = (slot, pending);
-            slot.turn().await;
-            let result = match fill_following(&c, &db, user_id, &slot).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::debug!(user_id, error = %e, "cache fill failed");
-                    "failed"
-                }
-            };
-            c.metrics.fills.with_label_values(&["following", result]).inc();
+        let (cc, db) = (c.clone(), self.db.clone());
+        socialgraph_server::spawn_fill(&c.metrics.fills, &c.metrics.pending, &c.fills, "following", user_id, move |slot| async move {
+            fill_following(&cc, &db, user_id, &slot).await
         });
     }
 
