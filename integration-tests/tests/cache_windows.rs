@@ -136,6 +136,11 @@ async fn relationship_entries_are_kept_by_events_and_never_overwritten_by_an_old
     // 10 and 20 are outside the window: unknown, and marked while the database is read.
     let (looked, marks) = cache.lookup_marking(USER, &[50, 10, 20], None).await?;
     assert_eq!(looked, vec![Lookup::Follows(5_000), Lookup::Unknown, Lookup::Unknown]);
+    // The hash is a hashtable from its first mark: a lookup of many candidates in a listpack
+    // would scan it once per candidate.
+    let encoding: String =
+        redis::cmd("OBJECT").arg("ENCODING").arg(&keys.list(false, USER)[2]).query_async(&mut redis_conn(&cache_redis_url()).await?).await?;
+    assert_eq!(encoding, "hashtable");
     // An event for 20 lands between the mark and the read's answer (which predates it).
     cache.apply(&[(USER, edge(20, 3, false, 2_000))], None).await?;
     cache.fill_relationships(USER, &marks, &[edge(10, 1, true, 1_000), edge(20, 2, true, 2_000)]).await?;
@@ -198,9 +203,10 @@ async fn a_lookup_of_more_members_than_one_slice_answers_each_in_order() -> anyh
 
 #[tokio::test]
 async fn a_lookup_of_many_members_in_small_collections_answers_each_in_order() -> anyhow::Result<()> {
-    // A window of 100 and a relationship hash of about 150 entries are small enough to be
-    // listpacks, which the script reads whole for more than 50 members: 300 candidates,
-    // repeats included, below the boundary, inside the window and past the newest entry.
+    // A window of 100 is small enough to be a listpack, which the script reads whole for more
+    // than 50 members (the relationship hash of about 150 entries is a hashtable): 300
+    // candidates, repeats included, below the boundary, inside the window and past the newest
+    // entry.
     lookups_answer_each_in_order(100, 120, 40, (0..300).map(|i| 260 - i % 250).collect()).await
 }
 

@@ -50,7 +50,8 @@ impl Keys {
     }
 
     /// The three keys of one cached list: sorted set, versions hash and relationship hash
-    /// (`…:r`, candidate → `version:followed_at`), of the following list or the followers.
+    /// (`…:r`, candidate → `version:followed_at`, and `_h`), of the following list or the
+    /// followers.
     pub fn list(&self, following: bool, user_id: i64) -> [String; 3] {
         Self::list_of(if following { self.following(user_id) } else { self.followers(user_id) })
     }

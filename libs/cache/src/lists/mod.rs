@@ -14,7 +14,8 @@
 //!   and `_n` (members of the set);
 //! - `…:r`, the relationship hash of a very large account: candidate → `version:followed_at`
 //!   of its edge (version 0: none; negative: not following), or `p:<nonce>` while the reader
-//!   that marked it reads the database.
+//!   that marked it reads the database; plus `_h`, a long value that keeps the hash a
+//!   hashtable (see [`scripts::LOOKUP`]).
 //!
 //! How the races are closed:
 //! - **Replays, copies, reordering**: an entry changes only when its version is higher than the

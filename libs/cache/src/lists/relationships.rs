@@ -9,9 +9,10 @@
 //! taken over by a later reader stops the earlier read, whose database state may be older than
 //! an event applied while no mark was there.
 //!
-//! On a single Redis a lookup in a following list first asks the list itself in one
-//! transaction ([`super::transactions`]); only what that leaves open (a list not served) goes
-//! through the LOOKUP script, as every lookup in a follower window does.
+//! On a single Redis a lookup first asks the list itself (and, for a follower window, its
+//! relationship hash) in one transaction ([`super::transactions`]); only what that leaves open
+//! (a following list not served, a candidate the hash does not know) goes through the LOOKUP
+//! script, which marks it.
 
 use std::collections::HashMap;
 
