@@ -12,6 +12,7 @@
 ///   was evicted) it deletes both and answers false.
 /// - `ok()`: the state when the list is served (`c` complete, `w` newest members only).
 /// - `newer(a, b)`: member `a` sorts after member `b` (bytewise).
+/// - `now_ms()`: the Redis clock (TIME) in ms, for fill leases.
 /// - `inwin(score, m)`: `(score, m)` is newer than the window's boundary (always true unless
 ///   the state is `w`).
 /// - `merge_from(i)`: applies the changes `ARGV[i..]` (member, signed version, score)*, each
@@ -61,6 +62,10 @@ local function newer(a, b)
     if x ~= y then return x > y end
   end
   return false
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function inwin(score, m)
   if state() ~= 'w' then return true end
@@ -199,8 +204,7 @@ if state() == 'x' then return 'x' end
 local served = ok()
 if served then return served end
 local s = state()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if s and string.sub(s, 1, 2) == 'f:' and consistent() then
   if tonumber(redis.call('HGET', KEYS[2], '_fl') or '0') > now then return 'b' end
 else
@@ -219,8 +223,7 @@ pub const FILL_ADD: &str = r"
 if state() ~= 'f:' .. ARGV[1] then return 0 end
 if not consistent() then return 0 end
 merge_from(3)
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[2], '_fl', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[2], '_fl', now_ms() + tonumber(ARGV[2]))
 return 1
 ";
 
