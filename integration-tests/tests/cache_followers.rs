@@ -192,17 +192,19 @@ async fn a_hot_account_is_served_from_memory_and_no_staler_than_the_bound_on_a_r
 
 /// Settles `m`, then fills the following lists of 1 and 2 and the follower window of 3 (the
 /// lists the join tests read) and waits until they are cached.
-async fn cache_join_lists(m: &Mesh) -> anyhow::Result<()> {
+/// Reads the following lists of 1 and 2 and the follower list of 3, and waits until the cache
+/// Redis at `url` holds them.
+async fn cache_join_lists(m: &Mesh, url: &str) -> anyhow::Result<()> {
     m.settle(SETTLE).await?;
     let mut c = m.relation.client().await?;
     for u in [1, 2] {
         c.list_following(ListFollowingRequest { user_id: u, page_size: 1, page_token: String::new() }).await?;
     }
     m.projection.projection().await?.list_followers(pp::ListFollowersRequest { user_id: 3, page_size: 1, ..Default::default() }).await?;
-    let cache = cache_settings(&m.topics.relation);
+    let prefix = cache_settings(&m.topics.relation).key_prefix;
     socialgraph_testkit::eventually(Duration::from_secs(10), "the lists to be cached", || async {
-        let (a, b) = (cached_list(&cache.url, &cache.key_prefix, true, 1).await?, cached_list(&cache.url, &cache.key_prefix, true, 2).await?);
-        Ok((a.is_some() && b.is_some() && cached_list(&cache.url, &cache.key_prefix, false, 3).await?.is_some()).then_some(()))
+        let (a, b) = (cached_list(url, &prefix, true, 1).await?, cached_list(url, &prefix, true, 2).await?);
+        Ok((a.is_some() && b.is_some() && cached_list(url, &prefix, false, 3).await?.is_some()).then_some(()))
     })
     .await
 }
@@ -222,7 +224,7 @@ async fn common_and_familiar_lists_come_from_the_cached_sets_and_equal_the_datab
     for f in [11, 13, 40] {
         c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
     }
-    cache_join_lists(&m).await?;
+    cache_join_lists(&m, &cache_settings(&m.topics.relation).url).await?;
 
     let ids = |v: Vec<FollowEntry>| v.into_iter().map(|e| e.user_id).collect::<Vec<_>>();
     let (mut common, mut token) = (Vec::new(), String::new());
@@ -268,9 +270,28 @@ where
     }
 }
 
+/// On one cache Redis, each join of two whole lists is one transaction (ZINTER there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_the_database() -> anyhow::Result<()> {
     let m = Mesh::start(&redis_url()).await?;
+    let url = cache_settings(&m.topics.relation).url;
+    long_and_short_joins(m, &url).await
+}
+
+/// On a Redis Cluster the two users' lists live in two slots: each side is read on its own and
+/// the join is made in relation-svc (a page of each, and lookups of the short side's ids in
+/// the long side's list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_joins_of_a_long_list_with_a_short_one_are_made_in_the_service_and_equal_the_database() -> anyhow::Result<()> {
+    let cluster = socialgraph_testkit::process::redis_cluster(3).await?;
+    let url = cluster.url();
+    let m = Mesh::start_tuned(Backend::Postgres, &redis_url(), &kafka::brokers(), |c| c.url.clone_from(&url)).await?;
+    long_and_short_joins(m, &url).await
+}
+
+/// Common following and familiar followers of a 400-entry following list with short lists,
+/// every page, against what the writes made; all from the cache Redis at `url`.
+async fn long_and_short_joins(m: Mesh, url: &str) -> anyhow::Result<()> {
     let mut c = m.relation.client().await?;
     // 1 follows 400 accounts (longer than a join reads whole), in id order, so its list runs
     // newest (highest id) first; 2 follows every 7th of them and 900; every 11th of them and
@@ -295,7 +316,7 @@ async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_th
     for &f in elevens.iter().chain([901].iter()) {
         c.follow(FollowRequest { follower_id: f, followee_id: 3 }).await?;
     }
-    cache_join_lists(&m).await?;
+    cache_join_lists(&m, url).await?;
     let before = m.relation.metrics().await?;
 
     let common = |user_id: i64, other_user_id: i64| {

@@ -249,3 +249,44 @@ async fn a_set_started_by_an_event_expires_with_its_hash() -> anyhow::Result<()>
     assert!(set_ttl > 0 && (set_ttl - hash_ttl).abs() < 1000, "the set expires with its hash: {set_ttl} ms, hash {hash_ttl} ms");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_join_of_two_whole_lists_is_their_intersection_in_the_first_lists_order_and_nothing_else_answers() -> anyhow::Result<()> {
+    let (cache, keys) = fresh().await?;
+    let (other, windowed) = (USER + 1, USER + 2);
+    let fill = |user: i64, edges: Vec<CachedEdge>, boundary: Option<(i64, i64)>| {
+        let cache = cache.clone();
+        async move {
+            let nonce = cache.begin_fill(user).await?.expect("a fill starts");
+            anyhow::ensure!(cache.commit_fill(user, &nonce, &edges, boundary).await?, "the fill of {user} committed");
+            anyhow::Ok(())
+        }
+    };
+    assert_eq!(cache.intersect(USER, &cache, other, None, 10).await?, None, "neither list is cached");
+    // USER follows 1-5 (3 and 4 at the same time) and unfollowed 6.
+    let mine = vec![edge(1, 1, true, 100), edge(2, 1, true, 200), edge(3, 1, true, 300), edge(4, 1, true, 300), edge(5, 1, true, 500)];
+    fill(USER, [mine, vec![edge(6, 2, false, 600)]].concat(), None).await?;
+    assert_eq!(cache.intersect(USER, &cache, other, None, 10).await?, None, "the other list is not cached");
+    fill(other, vec![edge(2, 1, true, 5), edge(3, 1, true, 6), edge(4, 1, true, 7), edge(6, 1, true, 8), edge(9, 1, true, 9)], None).await?;
+    assert_eq!(
+        cache.intersect(USER, &cache, other, None, 10).await?,
+        Some(vec![(4, 300), (3, 300), (2, 200)]),
+        "both follow 2, 3 and 4: the first list's followed_at desc, then id desc; 6 is unfollowed on the first side"
+    );
+    assert_eq!(cache.intersect(USER, &cache, other, Some((300, 4)), 1).await?, Some(vec![(3, 300)]), "strictly after the cursor, cut at the limit");
+    assert_eq!(cache.intersect(other, &cache, USER, None, 10).await?, Some(vec![(4, 7), (3, 6), (2, 5)]), "in the other's order");
+    cache.apply(&[(other, edge(3, 2, false, 6))], None).await?;
+    assert_eq!(cache.intersect(USER, &cache, other, None, 10).await?, Some(vec![(4, 300), (2, 200)]), "an unfollow on either side shows");
+    // A window (a list longer than the cache keeps) cannot say what it does not hold.
+    fill(windowed, vec![edge(4, 1, true, 900)], Some((800, 2))).await?;
+    assert_eq!(cache.intersect(USER, &cache, windowed, None, 10).await?, None, "a window on one side");
+    // One key of a list evicted: no answer from what is left.
+    for evicted in [keys.following(other), keys.following_versions(other)] {
+        del(std::slice::from_ref(&evicted)).await?;
+        assert_eq!(cache.intersect(USER, &cache, other, None, 10).await?, None, "after evicting {evicted}");
+        del(&[keys.following(other), keys.following_versions(other)]).await?;
+        fill(other, vec![edge(2, 1, true, 5)], None).await?;
+        assert_eq!(cache.intersect(USER, &cache, other, None, 10).await?, Some(vec![(2, 200)]), "filled again after evicting {evicted}");
+    }
+    Ok(())
+}

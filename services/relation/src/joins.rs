@@ -2,23 +2,26 @@
 //! join needs; otherwise (a list not cached, longer than its window, both sides long, or the
 //! cache down) the database's join answers, as before.
 //!
-//! A join never moves a long list: each side is read with a page of [`SMALL`] + 1 entries,
-//! and a side that fills it is long. The two lists belong to two users, so their keys live in
-//! two cluster slots and no one script may read both (DESIGN.md §5): the join is done here.
-//! - Common following of (a, b): both short: intersected here, in a's list order. One short:
-//!   its ids are looked up in the other's cached list (one more round trip), and the matches
-//!   are put in a's list order. Both long: the database.
-//! - Familiar followers of (viewer, user): both sides are read at once. Both short (the
-//!   user's follower list cached whole): intersected here, in the viewer's order, in that one
-//!   round trip. Viewer's rest short, followers long: checked against the user's follower
-//!   window and relationship hash; what those do not know is read from `following` (the
-//!   source of truth, so no ordering with the event stream is needed). Viewer's list long but
-//!   the user's follower list whole and short: its ids are looked up in the viewer's cached
-//!   list. Both long: the database.
+//! - **Both lists cached whole, one Redis**: one transaction checks both lists and runs ZINTER
+//!   there ([`ListCache::intersect`]), so only the answer travels. Redis checks slots only in
+//!   cluster mode, so this one reads two users' keys; a cluster connection sends no MULTI.
+//! - **Otherwise** (a list not cached or a window, or a cluster) the join is done here, and a
+//!   join never moves a long list: each side is read with a page of [`SMALL`] + 1 entries,
+//!   and a side that fills it is long.
+//!   - Common following of (a, b): both short: intersected here, in a's list order. One short:
+//!     its ids are looked up in the other's cached list (one more round trip), and the matches
+//!     are put in a's list order. Both long: the database.
+//!   - Familiar followers of (viewer, user): both sides are read at once. Both short (the
+//!     user's follower list cached whole): intersected here, in the viewer's order, in that one
+//!     round trip. Viewer's rest short, followers long: checked against the user's follower
+//!     window and relationship hash; what those do not know is read from `following` (the
+//!     source of truth, so no ordering with the event stream is needed). Viewer's list long but
+//!     the user's follower list whole and short: its ids are looked up in the viewer's cached
+//!     list. Both long: the database.
 
 use std::collections::HashSet;
 
-use socialgraph_cache::lists::{ListCache, Lookup, PageRead};
+use socialgraph_cache::lists::{ListCache, Lookup, PageRead, page_of};
 use socialgraph_domain::{Cursor, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges;
@@ -52,16 +55,43 @@ async fn in_list_order(list: &ListCache, owner: i64, ids: &[i64], after: Option<
     if looked.contains(&Lookup::Unknown) {
         return None;
     }
-    let mut found: Vec<(i64, i64)> =
+    let found: Vec<(i64, i64)> =
         ids.iter().zip(looked).filter_map(|(id, l)| if let Lookup::Follows(ms) = l { Some((*id, ms)) } else { None }).collect();
-    // List order: followed_at descending, then id descending; strictly after the cursor.
-    found.retain(|&(id, ms)| after.is_none_or(|c| (ms, id) < (c.followed_at_ms, c.peer_id)));
-    found.sort_unstable_by_key(|&(id, ms)| std::cmp::Reverse((ms, id)));
-    found.truncate(limit);
-    Some(found)
+    Some(page_of(found, after_cursor(after), limit))
 }
 
 impl Relations {
+    /// The join of `user_id`'s following list with `other_id`'s list in `other` (named
+    /// `other.0` in metrics) by one transaction ([`ListCache::intersect`]): `Ok(Some(page))`,
+    /// counted as a hit of both caches under `rpc`; `Ok(None)` when the lists are not both
+    /// cached whole, or on a cluster (the caller reads the lists, which also starts fills);
+    /// `Err(())` when the cache failed, counted as a fallback: the database answers.
+    async fn intersected(
+        &self,
+        rpc: &str,
+        user_id: i64,
+        other: (&str, &ListCache),
+        other_id: i64,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Option<Vec<ListEntry>>, ()> {
+        let Some(c) = self.caches.as_ref() else { return Ok(None) };
+        let both = match c.following.intersect(user_id, other.1, other_id, after_cursor(after), limit).await {
+            Ok(both) => both,
+            Err(e) => {
+                tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
+                c.metrics.requests.with_label_values(&["following", rpc, "fallback"]).inc();
+                return Err(());
+            }
+        };
+        if both.is_some() {
+            for cache in ["following", other.0] {
+                c.metrics.requests.with_label_values(&[cache, rpc, "hit"]).inc();
+            }
+        }
+        Ok(both.map(entries))
+    }
+
     /// `user_id`'s following list after `after` from the cache, whole if short; `None` when it
     /// is not cached or not whole (a miss starts a fill).
     async fn following_side(&self, rpc: &str, user_id: i64, after: Option<Cursor>) -> Option<Side> {
@@ -74,6 +104,9 @@ impl Relations {
     pub(crate) async fn cached_common(&self, a: i64, b: i64, after: Option<Cursor>, limit: usize) -> Option<Vec<ListEntry>> {
         let rpc = "ListCommonFollowing";
         let c = self.caches.as_ref()?;
+        if let Some(both) = self.intersected(rpc, a, ("following", &c.following), b, after, limit).await.ok()? {
+            return Some(both);
+        }
         let (rest, other) = tokio::join!(self.following_side(rpc, a, after), self.following_side(rpc, b, None));
         match (rest?, other?) {
             (Side::Short(rest), Side::Short(other)) => {
@@ -106,6 +139,11 @@ impl Relations {
     pub(crate) async fn cached_familiar(&self, viewer: i64, user: i64, after: Option<Cursor>, limit: usize) -> ApiResult<Option<Vec<ListEntry>>> {
         let rpc = "ListFamiliarFollowers";
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
+        match self.intersected(rpc, viewer, ("followers", &c.followers), user, after, limit).await {
+            Ok(Some(both)) => return Ok(Some(both)),
+            Ok(None) => {}
+            Err(()) => return Ok(None),
+        }
         // Both sides at once: when both are short (the common case) the join is one round trip.
         let (viewer_side, fans) = tokio::join!(self.following_side(rpc, viewer, after), c.followers.page(user, None, SMALL + 1));
         // The user's followers, if cached whole and short.

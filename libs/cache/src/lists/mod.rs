@@ -53,6 +53,7 @@ mod transactions;
 
 pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_QUEUE, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
 pub use relationships::Marks;
+pub use transactions::page_of;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
