@@ -191,9 +191,7 @@ async fn a_hot_account_is_served_from_memory_and_no_staler_than_the_bound_on_a_r
 }
 
 /// Settles `m`, then fills the following lists of 1 and 2 and the follower window of 3 (the
-/// lists the join tests read) and waits until they are cached.
-/// Reads the following lists of 1 and 2 and the follower list of 3, and waits until the cache
-/// Redis at `url` holds them.
+/// lists the join tests read) and waits until the cache Redis at `url` holds them.
 async fn cache_join_lists(m: &Mesh, url: &str) -> anyhow::Result<()> {
     m.settle(SETTLE).await?;
     let mut c = m.relation.client().await?;
@@ -270,7 +268,7 @@ where
     }
 }
 
-/// On one cache Redis, each join of two whole lists is one transaction (ZINTER there).
+/// On one cache Redis, each join of two whole lists is one script call (ZINTER there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn joins_of_a_long_list_with_a_short_one_come_from_the_caches_and_equal_the_database() -> anyhow::Result<()> {
     let m = Mesh::start(&redis_url()).await?;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use socialgraph_cache::keys::Keys;
-use socialgraph_cache::lists::{CachedEdge, Direction, Limits, ListCache, Lookup, PageRead};
+use socialgraph_cache::lists::{CachedEdge, Direction, JOIN_MAX, Limits, ListCache, Lookup, PageRead};
 use socialgraph_integration_tests::redis_conn;
 use socialgraph_testkit::{cache_redis_url, unique};
 
@@ -21,7 +21,7 @@ async fn fresh() -> anyhow::Result<(ListCache, Keys)> {
     redis_conn(&url).await.map_err(|e| anyhow::anyhow!("the cache Redis at {url} is not reachable ({e}): run `make deps`"))?;
     let keys = Keys::new(unique("cs") + ":");
     let pool = socialgraph_cache::pool(&url, 2, Duration::from_secs(5))?;
-    let limits = Limits { window: 1000, relationship_max: 100, ttl: Duration::from_secs(600), timeout: Duration::from_secs(5) };
+    let limits = Limits { window: 2_000, relationship_max: 100, ttl: Duration::from_secs(600), timeout: Duration::from_secs(5) };
     Ok((ListCache::new(pool, keys.clone(), Direction::Following, limits), keys))
 }
 
@@ -280,6 +280,14 @@ async fn a_join_of_two_whole_lists_is_their_intersection_in_the_first_lists_orde
     // A window (a list longer than the cache keeps) cannot say what it does not hold.
     fill(windowed, vec![edge(4, 1, true, 900)], Some((800, 2))).await?;
     assert_eq!(cache.intersect(USER, &cache, windowed, None, 10).await?, None, "a window on one side");
+    // Two lists longer than JOIN_MAX are not joined in Redis; one short side is enough.
+    let (long_a, long_b) = (USER + 3, USER + 4);
+    let long = |from: i64| (from..from + JOIN_MAX as i64 + 1).map(|p| edge(p, 1, true, p)).collect::<Vec<_>>();
+    fill(long_a, long(1), None).await?;
+    fill(long_b, long(2), None).await?;
+    assert_eq!(cache.intersect(long_a, &cache, long_b, None, 10).await?, None, "both longer than JOIN_MAX");
+    let both = cache.intersect(USER, &cache, long_a, None, 10).await?;
+    assert_eq!(both, Some(vec![(5, 500), (4, 300), (3, 300), (2, 200), (1, 100)]), "a short list against a long one");
     // One key of a list evicted: no answer from what is left.
     for evicted in [keys.following(other), keys.following_versions(other)] {
         del(std::slice::from_ref(&evicted)).await?;

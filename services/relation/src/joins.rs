@@ -2,12 +2,13 @@
 //! join needs; otherwise (a list not cached, longer than its window, both sides long, or the
 //! cache down) the database's join answers, as before.
 //!
-//! - **Both lists cached whole, one Redis**: one transaction checks both lists and runs ZINTER
-//!   there ([`ListCache::intersect`]), so only the answer travels. Redis checks slots only in
-//!   cluster mode, so this one reads two users' keys; a cluster connection sends no MULTI.
-//! - **Otherwise** (a list not cached or a window, or a cluster) the join is done here, and a
-//!   join never moves a long list: each side is read with a page of [`SMALL`] + 1 entries,
-//!   and a side that fills it is long.
+//! - **Both lists cached whole, one Redis, the shorter at most
+//!   [`socialgraph_cache::lists::JOIN_MAX`] entries**: one script checks both lists and runs
+//!   ZINTER there ([`ListCache::intersect`]), so only the answer travels. Redis checks slots
+//!   only in cluster mode, so it reads two users' keys; a cluster connection never sends it.
+//! - **Otherwise** (a list not cached or a window, two long lists, or a cluster) the join is
+//!   done here, and a join never moves a long list: each side is read with a page of
+//!   [`SMALL`] + 1 entries, and a side that fills it is long.
 //!   - Common following of (a, b): both short: intersected here, in a's list order. One short:
 //!     its ids are looked up in the other's cached list (one more round trip), and the matches
 //!     are put in a's list order. Both long: the database.
@@ -62,10 +63,11 @@ async fn in_list_order(list: &ListCache, owner: i64, ids: &[i64], after: Option<
 
 impl Relations {
     /// The join of `user_id`'s following list with `other_id`'s list in `other` (named
-    /// `other.0` in metrics) by one transaction ([`ListCache::intersect`]): `Ok(Some(page))`,
+    /// `other.0` in metrics) in the cache Redis ([`ListCache::intersect`]): `Ok(Some(page))`,
     /// counted as a hit of both caches under `rpc`; `Ok(None)` when the lists are not both
-    /// cached whole, or on a cluster (the caller reads the lists, which also starts fills);
-    /// `Err(())` when the cache failed, counted as a fallback: the database answers.
+    /// cached whole, both are long, or on a cluster (the caller reads the lists, which also
+    /// starts fills); `Err(())` when the cache failed, counted as a fallback of both caches:
+    /// the database answers.
     async fn intersected(
         &self,
         rpc: &str,
@@ -80,7 +82,9 @@ impl Relations {
             Ok(both) => both,
             Err(e) => {
                 tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");
-                c.metrics.requests.with_label_values(&["following", rpc, "fallback"]).inc();
+                for cache in ["following", other.0] {
+                    c.metrics.requests.with_label_values(&[cache, rpc, "fallback"]).inc();
+                }
                 return Err(());
             }
         };

@@ -47,13 +47,14 @@
 //!   only shrink the window.
 
 mod fills;
+mod joins;
 mod relationships;
 mod scripts;
 mod transactions;
 
 pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_QUEUE, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
+pub use joins::{JOIN_MAX, page_of};
 pub use relationships::Marks;
-pub use transactions::page_of;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -182,6 +183,7 @@ struct Scripts {
     rel_fill: Script,
     count: Script,
     mark: Script,
+    intersect: Script,
 }
 
 /// Both list caches of one cache Redis, over one pool.
@@ -253,6 +255,7 @@ impl ListCache {
             rel_fill: s(scripts::REL_FILL),
             count: s(scripts::COUNT),
             mark: Script::new(scripts::MARK),
+            intersect: Script::new(joins::INTERSECT),
         };
         Self { pool, keys, direction, limits, scripts: Arc::new(scripts) }
     }

@@ -10,9 +10,10 @@
 //! an event applied while no mark was there.
 //!
 //! On a single Redis a lookup first asks the list itself (and, for a follower window, its
-//! relationship hash) in one transaction ([`super::transactions`]); only what that leaves open
-//! (a following list not served, a candidate the hash does not know) goes through the LOOKUP
-//! script, which marks it.
+//! relationship hash) in one transaction ([`super::transactions`]); a following list not served
+//! answers unknown there. Only what that leaves open (a list whose set and hash disagree, a
+//! candidate the hash does not know, anything to be marked) goes through the LOOKUP script,
+//! which marks it.
 
 use std::collections::HashMap;
 
@@ -63,7 +64,7 @@ impl ListCache {
         nonce: &str,
         applied_key: Option<&str>,
     ) -> Result<(Vec<Lookup>, HashMap<i32, i64>), CacheError> {
-        let listed = match self.listed(user_id, others).await? {
+        let listed = match self.listed(user_id, others, !nonce.is_empty()).await? {
             Some(listed) => listed,
             None => vec![None; others.len()],
         };

@@ -1,6 +1,6 @@
 //! Reads of a cached list answered by one MULTI/EXEC on a single Redis instead of a script:
-//! first pages (ZREVRANGE), relationship lookups (ZMSCORE; in follower windows also HMGET
-//! on the relationship hash) and joins of two whole lists (ZINTER).
+//! first pages (ZREVRANGE) and relationship lookups (ZMSCORE; in follower windows also HMGET
+//! on the relationship hash).
 //!
 //! Each transaction reads the list's state and `_n` (HMGET) and its ZCARD beside what it asks
 //! for. Redis runs a transaction's commands back to back, with no eviction between them (it
@@ -38,7 +38,8 @@ enum Served<T> {
     /// read with them.
     Yes { complete: bool, reply: T },
     /// Not served: no state (not cached, or evicted), being filled (`f:…`) or too long (`x`).
-    /// The scripts answer such a list as not cached and change nothing, so neither is run.
+    /// PAGE answers such a list as not cached and changes nothing, and so does LOOKUP unless
+    /// it marks candidates.
     No,
     /// The script must decide: a served state whose set and hash disagree (one key was
     /// evicted; the script deletes both), or a cluster connection (no MULTI).
@@ -70,11 +71,13 @@ impl ListCache {
     /// What `user_id`'s list itself says of each of `others`: `Some(answer)` for a member of
     /// the list, and for every member when the list is complete (not followed); `None` for a
     /// member a window does not hold. A following list that is not served answers `Unknown`
-    /// for all, as the script would (it has no relationship hash). A follower window also asks
-    /// its relationship hash in the same transaction ([`Self::window_known`]). `None` as a
-    /// whole when the script must look (set and hash disagree), on a cluster, and for no
-    /// members.
-    pub(super) async fn listed(&self, user_id: i64, others: &[i64]) -> Result<Option<Vec<Option<Lookup>>>, CacheError> {
+    /// for all when nothing is to be marked (`marking` false), as the script would: only a
+    /// marking lookup writes its relationship hash, so without one it has none. A follower
+    /// window also asks its relationship hash in the same transaction ([`Self::window_known`]).
+    /// `None` as a whole when the script must look (set and hash disagree, or a list not
+    /// served whose candidates are to be marked), when a reply is short, on a cluster, and for
+    /// no members.
+    pub(super) async fn listed(&self, user_id: i64, others: &[i64], marking: bool) -> Result<Option<Vec<Option<Lookup>>>, CacheError> {
         if others.is_empty() {
             return Ok(None);
         }
@@ -94,8 +97,8 @@ impl ListCache {
             Served::Yes { complete, reply: scores } if scores.len() == others.len() => {
                 Some(scores.into_iter().map(|score| score.map_or(complete.then_some(Lookup::No), |ms| Some(Lookup::Follows(ms as i64)))).collect())
             }
-            Served::No => Some(vec![Some(Lookup::Unknown); others.len()]),
-            Served::Yes { .. } | Served::AskTheScript => None,
+            Served::No if !marking => Some(vec![Some(Lookup::Unknown); others.len()]),
+            Served::Yes { .. } | Served::No | Served::AskTheScript => None,
         })
     }
 
@@ -145,52 +148,6 @@ impl ListCache {
             .map(Some)
     }
 
-    /// The entries (peer id, followed_at ms) of `user_id`'s list whose peer `other_id`'s list in
-    /// `other` (a list cache of the same Redis) also holds, in this list's order (followed_at
-    /// desc, peer id desc), strictly after `after` = (followed_at ms, peer id), at most `limit`.
-    /// One transaction on a single Redis: both lists' state, `_n` and ZCARD, and `ZINTER 2 …
-    /// WEIGHTS 1 0 WITHSCORES`, which keeps this list's scores; the order, cursor and limit are
-    /// applied to its reply here. `None` when either list is not cached whole (state `c`), its
-    /// set and hash disagree (one was evicted), or on a cluster, where the two users' keys live
-    /// in two slots.
-    ///
-    /// ListCommonFollowing (two following lists) and ListFamiliarFollowers (the viewer's
-    /// following list and the user's follower list): the reply is only the intersection, at
-    /// most the shorter list (a following list, bounded by the following cap), where a caller
-    /// that reads a page of each list and intersects them moves both pages.
-    ///
-    /// # Errors
-    /// Redis unreachable, slow or failing.
-    pub async fn intersect(
-        &self,
-        user_id: i64,
-        other: &ListCache,
-        other_id: i64,
-        after: Option<(i64, i64)>,
-        limit: usize,
-    ) -> Result<Option<Vec<(i64, i64)>>, CacheError> {
-        let mut conn = crate::conn(&self.pool).await?;
-        if !matches!(conn, Conn::Single(_)) {
-            return Ok(None);
-        }
-        let ([set, versions, _], [other_set, other_versions, _]) = (self.list_keys(user_id), other.list_keys(other_id));
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for (s, v) in [(&set, &versions), (&other_set, &other_versions)] {
-            pipe.cmd("HMGET").arg(v).arg("_s").arg("_n").cmd("ZCARD").arg(s);
-        }
-        pipe.cmd("ZINTER").arg(2).arg(&set).arg(&other_set).arg("WEIGHTS").arg(1).arg(0).arg("WITHSCORES");
-        type Read = (Head, i64, Head, i64, Vec<(Vec<u8>, f64)>);
-        let ((state, n), card, (other_state, other_n), other_card, both): Read =
-            crate::within(self.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
-        let whole = |state: Option<Vec<u8>>, n: Option<i64>, card: i64| state.as_deref() == Some(b"c") && n == Some(card);
-        if !(whole(state, n, card) && whole(other_state, other_n, other_card)) {
-            return Ok(None);
-        }
-        let entries = both.iter().map(|(m, ms)| Ok((super::id_of(m)?, *ms as i64))).collect::<Result<Vec<_>, CacheError>>()?;
-        Ok(Some(page_of(entries, after, limit)))
-    }
-
     /// The first `limit` entries of `user_id`'s list, as [`Self::page`] answers them without a
     /// cursor; `None` when the script must read it (set and hash disagree), on a cluster, or for
     /// `limit` 0.
@@ -209,16 +166,6 @@ impl ListCache {
     }
 }
 
-/// The entries (peer id, followed_at ms) of `entries`, in any order, that come strictly after
-/// `after` = (followed_at ms, peer id) in list order (followed_at desc, peer id desc), sorted
-/// so, at most `limit`: a page of a list's subset read out of order.
-pub fn page_of(mut entries: Vec<(i64, i64)>, after: Option<(i64, i64)>, limit: usize) -> Vec<(i64, i64)> {
-    entries.retain(|&(id, ms)| after.is_none_or(|(a_ms, a_id)| (ms, id) < (a_ms, a_id)));
-    entries.sort_unstable_by_key(|&(id, ms)| std::cmp::Reverse((ms, id)));
-    entries.truncate(limit);
-    entries
-}
-
 /// A relationship hash entry: `version:followed_at` (version 0 or less: no edge) → the answer;
 /// a reader's pending mark (`p:<nonce>`) → `None`.
 fn remembered(entry: &[u8]) -> Result<Option<Lookup>, CacheError> {
@@ -234,14 +181,6 @@ fn remembered(entry: &[u8]) -> Result<Option<Lookup>, CacheError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_page_of_a_subset_is_in_list_order_after_the_cursor() {
-        let entries = vec![(5, 100), (9, 300), (2, 300), (7, 200), (1, 50)];
-        assert_eq!(page_of(entries.clone(), None, 3), vec![(9, 300), (2, 300), (7, 200)], "followed_at desc, then id desc");
-        assert_eq!(page_of(entries.clone(), Some((300, 2)), 10), vec![(7, 200), (5, 100), (1, 50)], "strictly after the cursor");
-        assert_eq!(page_of(entries, Some((300, 9)), 1), vec![(2, 300)], "an equal followed_at with a lower id comes after");
-    }
 
     #[test]
     fn a_relationship_entry_reads_as_the_lookup_script_reads_it() {
