@@ -8,8 +8,8 @@
 //! script's keys against slots only in cluster mode, and a cluster connection never sends
 //! this script (the caller joins the lists itself there).
 
-use super::{ListCache, id_of, ms_of};
-use crate::{CacheError, Conn};
+use super::{ListCache, entries_of};
+use crate::CacheError;
 
 /// Most entries the shorter list of a join in Redis may hold: ZINTER walks the shorter list
 /// and answers at most its length, so this bounds the join's Redis time and reply. Longer
@@ -53,17 +53,13 @@ impl ListCache {
         after: Option<(i64, i64)>,
         limit: usize,
     ) -> Result<Option<Vec<(i64, i64)>>, CacheError> {
-        let mut conn = crate::conn(&self.pool).await?;
-        if !matches!(conn, Conn::Single(_)) {
-            return Ok(None);
-        }
+        let Some(mut conn) = self.single_conn().await? else { return Ok(None) };
         let ([set, versions, _], [other_set, other_versions, _]) = (self.list_keys(user_id), other.list_keys(other_id));
         let mut inv = self.scripts.intersect.prepare_invoke();
         inv.key(set).key(versions).key(other_set).key(other_versions).arg(JOIN_MAX);
         let flat: Option<Vec<Vec<u8>>> = crate::within(self.limits.timeout, async { Ok(inv.invoke_async(&mut conn).await?) }).await?;
         let Some(flat) = flat else { return Ok(None) };
-        let entries = flat.chunks_exact(2).map(|p| Ok((id_of(&p[0])?, ms_of(&p[1])?))).collect::<Result<Vec<_>, CacheError>>()?;
-        Ok(Some(page_of(entries, after, limit)))
+        Ok(Some(page_of(entries_of(&flat)?, after, limit)))
     }
 }
 

@@ -232,6 +232,11 @@ fn id_of(m: &[u8]) -> Result<i64, CacheError> {
     m.try_into().map(i64::from_be_bytes).map_err(|_| CacheError::Unavailable("malformed cached member".into()))
 }
 
+/// (peer id, followed_at ms) of a script's flat reply of (member, score)*.
+fn entries_of(flat: &[Vec<u8>]) -> Result<Vec<(i64, i64)>, CacheError> {
+    flat.chunks_exact(2).map(|p| Ok((id_of(&p[0])?, ms_of(&p[1])?))).collect()
+}
+
 fn ms_of(score: &[u8]) -> Result<i64, CacheError> {
     std::str::from_utf8(score)
         .ok()
@@ -312,7 +317,7 @@ impl ListCache {
         let flat: Option<Vec<Vec<u8>>> = self.run(inv).await?;
         let Some(flat) = flat else { return Ok(PageRead::Miss) };
         let windowed = flat.first().is_some_and(|s| s.as_slice() == b"w");
-        let entries = flat[1..].chunks_exact(2).map(|p| Ok((id_of(&p[0])?, ms_of(&p[1])?))).collect::<Result<Vec<_>, CacheError>>()?;
+        let entries = entries_of(&flat[1..])?;
         Ok(if windowed && entries.len() < limit { PageRead::PastWindow(entries) } else { PageRead::Hit(entries) })
     }
 

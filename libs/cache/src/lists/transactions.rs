@@ -47,14 +47,18 @@ enum Served<T> {
 }
 
 impl ListCache {
+    /// A connection for commands that need a single Redis (MULTI/EXEC, a script over two
+    /// users' keys, [`super::joins`]); `None` on a cluster, whose connection sends no MULTI.
+    pub(super) async fn single_conn(&self) -> Result<Option<Conn>, CacheError> {
+        let conn = crate::conn(&self.pool).await?;
+        Ok(matches!(conn, Conn::Single(_)).then_some(conn))
+    }
+
     /// Runs a transaction of the list's state, `_n`, ZCARD and the commands `ask` adds on the
     /// sorted set (given its key): what the list is ([`Served`]) with the reply of ask's last
     /// command.
     async fn transact<T: FromRedisValue>(&self, user_id: i64, ask: impl FnOnce(&mut Pipeline, &str)) -> Result<Served<T>, CacheError> {
-        let mut conn = crate::conn(&self.pool).await?;
-        if !matches!(conn, Conn::Single(_)) {
-            return Ok(Served::AskTheScript);
-        }
+        let Some(mut conn) = self.single_conn().await? else { return Ok(Served::AskTheScript) };
         let [set, versions, _] = self.list_keys(user_id);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("HMGET").arg(&versions).arg("_s").arg("_n").cmd("ZCARD").arg(&set);
@@ -114,10 +118,7 @@ impl ListCache {
     /// time passing 100 members through Lua (see the module doc); the script now runs only for
     /// the members left open, which the database is read for anyway.
     async fn window_known(&self, user_id: i64, others: &[i64]) -> Result<Option<Vec<Option<Lookup>>>, CacheError> {
-        let mut conn = crate::conn(&self.pool).await?;
-        if !matches!(conn, Conn::Single(_)) {
-            return Ok(None);
-        }
+        let Some(mut conn) = self.single_conn().await? else { return Ok(None) };
         let [set, versions, relationships] = self.list_keys(user_id);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("HMGET").arg(&versions).arg("_s").arg("_n").cmd("ZCARD").arg(&set).cmd("ZMSCORE").arg(&set);
