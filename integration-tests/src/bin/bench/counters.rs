@@ -122,7 +122,7 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     let create = read_every_user(&m.counter, a.users).await?;
 
     // Steady state: every user's sampled check is resting (as within 300 s of its last
-    // check), so a read costs its HMGETs plus, on the first read of an id, one check script.
+    // check), so a read costs its HGETs plus, on the first read of an id, one check script.
     set_check_keys(m, a.users, true).await?;
     progress(&format!("BatchGetUserCounters(100) and GetUserCounters, checks resting, concurrency {}, {} s each", a.concurrency, a.secs));
     let resting = counter_reads(&m.counter, a, 7).await?;
@@ -136,7 +136,7 @@ async fn counters_in(m: &mut Mesh, a: &CountersArgs) -> anyhow::Result<()> {
     let mut conn = bench_redis().await?;
     let (get, mget) = redis_reads(&mut conn, a).await?;
     progress("GET and MGET of 100 keys from redis-rs (the service's client library and pool)");
-    let rs = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size).await?;
+    let rs = redis_rs_reads(&mut conn, a, m.counter_config().redis.pool_size, &m.prefix).await?;
 
     // Last (its background checks outlive the run): every user's check due at once, as right
     // after counters are created or 300 s after a read of every user.
@@ -155,6 +155,9 @@ struct RedisRs {
     get: Run,
     /// MGET of 100 from redis-rs.
     mget: Run,
+    /// The service's own read of 100 users from redis-rs: one HGET per user on its bucket
+    /// hash, pipelined (the layout's share of the BatchGet ratio).
+    hgets: Run,
     /// The same GETs through a bare tonic server ([`crate::floor`]).
     bare_get: Run,
     /// The same MGETs through a bare tonic server.
@@ -163,9 +166,10 @@ struct RedisRs {
 
 /// GET of one and MGET of 100 random 20-byte keys from redis-rs over a bb8 pool of
 /// `pool_size` (counter-svc's client library and pool), `a.concurrency` callers: the raw side
-/// of the counter read ratios; then the same through a bare tonic server on [`CHANNELS`]
-/// connections, the most a gRPC read of one Redis command can reach here.
-async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs, pool_size: u32) -> anyhow::Result<RedisRs> {
+/// of the counter read ratios; the service's own Redis read of 100 users' counters (under key
+/// prefix `prefix`), from the same pool; then GET and MGET through a bare tonic server on
+/// [`CHANNELS`] connections, the most a gRPC read of one Redis command can reach here.
+async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &CountersArgs, pool_size: u32, prefix: &str) -> anyhow::Result<RedisRs> {
     let bp = bench_prefix();
     for chunk in (0..a.users).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
@@ -199,6 +203,22 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
         }
     })
     .await;
+    let (p, keys) = (pool.clone(), Keys::new(prefix.to_owned()));
+    let hgets = closed_loop(a.concurrency, usize::MAX, Duration::from_secs(a.secs), move |_, i| {
+        let pool = p.clone();
+        let mut pipe = redis::pipe();
+        for k in 0..100u64 {
+            let u = (mix(i as u64 * 131 + k) % users) as i64 + 1;
+            pipe.hget(keys.user_counters(u), u);
+        }
+        async move {
+            let mut c = socialgraph_cache::conn(&pool).await?;
+            let v: Vec<Option<Vec<u8>>> = pipe.query_async(&mut c).await?;
+            anyhow::ensure!(v.iter().all(Option::is_some), "a user without counters");
+            Ok(())
+        }
+    })
+    .await;
     let url = socialgraph_testkit::redis_url();
     let floor = |ask: fn(usize) -> String| {
         let (url, bp) = (url.clone(), bp.clone());
@@ -207,7 +227,7 @@ async fn redis_rs_reads(conn: &mut redis::aio::MultiplexedConnection, a: &Counte
     let bare_get = floor(|i| format!("get:{i}")).await;
     let bare_mget = floor(|i| format!("mget:{i}")).await;
     delete_prefix(conn, &bp).await?;
-    Ok(RedisRs { get, mget, bare_get: bare_get?, bare_mget: bare_mget? })
+    Ok(RedisRs { get, mget, hgets, bare_get: bare_get?, bare_mget: bare_mget? })
 }
 
 /// The raw reads of [`redis_rs_reads`] for a bare tonic server: `get:<i>` the GET and `mget:<i>`
@@ -326,6 +346,8 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             row("Get p99 vs GET from redis-rs", single.p99(), r.rs.get.p99(), "ms"),
             row("BatchGet(100) req/s vs MGET from redis-rs", batch.rate(), r.rs.mget.rate(), "/s"),
             row("BatchGet(100) p99 vs MGET from redis-rs", batch.p99(), r.rs.mget.p99(), "ms"),
+            row("the service's layout: 100 HGETs pipelined vs MGET, both from redis-rs", r.rs.hgets.rate(), r.rs.mget.rate(), "/s"),
+            row("BatchGet(100) req/s vs those 100 HGETs from redis-rs", batch.rate(), r.rs.hgets.rate(), "/s"),
             row("floor: bare tonic + GET req/s vs GET from redis-rs", r.rs.bare_get.rate(), r.rs.get.rate(), "/s"),
             row("floor: bare tonic + MGET(100) req/s vs MGET from redis-rs", r.rs.bare_mget.rate(), r.rs.mget.rate(), "/s"),
         ],
@@ -350,6 +372,7 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
             single_due.describe("Get checks due"),
             r.rs.get.describe("GET from redis-rs"),
             r.rs.mget.describe("MGET(100) from redis-rs"),
+            r.rs.hgets.describe("100 HGETs on the service's bucket hashes, pipelined, from redis-rs"),
             r.rs.bare_get.describe(&format!("GET through a bare tonic server (no layers, {CHANNELS} connections)")),
             r.rs.bare_mget.describe("MGET(100) through a bare tonic server"),
         ],
@@ -357,6 +380,7 @@ fn print_reads(a: &CountersArgs, r: &ReadResults) {
     summarize("GetUserCounters (vs GET, redis-rs)", single.rate(), r.rs.get.rate(), "/s", ">= 0.6x");
     summarize("BatchGetUserCounters(100) (vs MGET of 100)", batch.rate(), r.rs.mget.rate(), "/s", ">= 0.6x");
     summarize("floor: bare tonic server + GET (vs GET)", r.rs.bare_get.rate(), r.rs.get.rate(), "/s", "about the most a gRPC read reaches");
+    summarize("the service's layout: 100 HGETs pipelined (vs MGET)", r.rs.hgets.rate(), r.rs.mget.rate(), "/s", "the layout's share");
     summarize("floor: bare tonic server + MGET(100) (vs MGET)", r.rs.bare_mget.rate(), r.rs.mget.rate(), "/s", "about the most a gRPC read reaches");
 }
 
