@@ -28,6 +28,13 @@ pub use config::{
 };
 pub use error::{ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
 pub use red::RpcMetrics;
+
+/// The global allocator of every process that links this crate (each service, the embedded
+/// mode, the CLI, the gateway, the tests and the bench): mimalloc. Under BatchGetUserCounters(100)
+/// glibc's malloc, free and realloc took 19 % of counter-svc's CPU, mimalloc's 9 % (README,
+/// *Performance*).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
