@@ -9,6 +9,7 @@ use socialgraph_domain::{Edge, EdgeState};
 use socialgraph_storage::accounts::{self, Account, AccountStatus};
 use socialgraph_storage::counts::{self, CountDelta};
 use socialgraph_storage::edges::{self, EdgeTable};
+use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
 use socialgraph_testkit::{Backend, TestDb};
 
@@ -90,6 +91,52 @@ async fn counts_and_accounts_in_bulk(backend: Backend) -> anyhow::Result<()> {
     let found: BTreeSet<i64> = accounts::inactive_among(&db.conn, &asked).await?.into_iter().collect();
     assert_eq!(found, inactive, "{backend:?}: exactly the accounts that are not active");
     db.drop_db().await
+}
+
+/// The one-statement read of follower rows and a consumer's positions (PostgreSQL) answers
+/// exactly what the two reads answer: the rows of the asked followers of one followee (1,500
+/// stored, 2,000 asked, some absent, some twice, none of another followee), and the positions
+/// of that consumer on that topic alone, by partition, a missing event time kept missing.
+/// Other backends answer `None` (their callers read both in a transaction).
+async fn follower_rows_with_positions(backend: Backend) -> anyhow::Result<()> {
+    let db = TestDb::create(backend).await?;
+    let followee = 7;
+    let written: Vec<Edge> = (1..=1_500).map(|f| edge(f, followee, f)).chain((1..=300).map(|f| edge(f, followee + 1, f))).collect();
+    edges::insert(&db.conn, EdgeTable::Follower, &written).await?;
+    for p in [3, 0, 11, 5] {
+        let o = StoredOffset { partition: p, next_offset: 1_000 * i64::from(p) + 1, last_event_ms: (p != 5).then_some(9_000 + i64::from(p)) };
+        offsets::store(&db.conn, "projection", "sg.relation.v1", o, 1).await?;
+        offsets::store(&db.conn, "counter", "sg.relation.v1", StoredOffset { next_offset: 7, ..o }, 1).await?;
+    }
+    offsets::store(&db.conn, "projection", "other", StoredOffset { partition: 1, next_offset: 3, last_event_ms: None }, 1).await?;
+    let asked: Vec<i64> = (1..=2_000).chain((1..=100).map(|f| f * 3)).collect();
+    let got = offsets::with_follower_edges(&db.conn, "projection", "sg.relation.v1", followee, &asked).await?;
+    if backend != Backend::Postgres {
+        assert!(got.is_none(), "{backend:?}: no one-statement form");
+        return db.drop_db().await;
+    }
+    let (stored, mut found) = got.expect("PostgreSQL reads both in one statement");
+    found.sort_by_key(|e| e.follower_id);
+    let pairs: Vec<(i64, i64)> = asked.iter().map(|&f| (f, followee)).collect();
+    let mut expected = edges::get_many(&db.conn, EdgeTable::Follower, &pairs, false).await?;
+    expected.sort_by_key(|e| e.follower_id);
+    assert_eq!(expected.len(), 1_500, "the two-read form finds every stored follower once");
+    assert_eq!(found, expected, "the same rows as the edge read");
+    assert_eq!(stored, offsets::list(&db.conn, "projection", "sg.relation.v1").await?, "the same positions as the offset read");
+    assert_eq!(stored.iter().map(|o| o.partition).collect::<Vec<_>>(), [0, 3, 5, 11], "by partition");
+    assert_eq!(stored[2].last_event_ms, None, "a missing event time stays missing");
+    db.drop_db().await
+}
+
+#[tokio::test]
+async fn follower_rows_and_positions_in_one_statement_equal_the_two_reads_on_postgres() -> anyhow::Result<()> {
+    follower_rows_with_positions(Backend::Postgres).await
+}
+
+#[tokio::test]
+async fn follower_rows_and_positions_are_left_to_a_transaction_on_mariadb_and_sqlite() -> anyhow::Result<()> {
+    follower_rows_with_positions(Backend::MariaDb).await?;
+    follower_rows_with_positions(Backend::Sqlite).await
 }
 
 #[tokio::test]

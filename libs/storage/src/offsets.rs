@@ -45,6 +45,28 @@ pub async fn list<C: ConnectionTrait>(conn: &C, consumer: &str, topic: &str) -> 
         .collect()
 }
 
+/// The stored positions of `consumer` on `topic` (as [`list`], by partition) and the `follower`
+/// rows of each of `followers` → `followee` (in no particular order, each once), read in one
+/// snapshot by one statement where the database can: `Some` on PostgreSQL (one round trip, no
+/// transaction), `None` on MySQL/MariaDB and SQLite, whose callers read both inside a snapshot
+/// transaction ([`list`], [`crate::edges::get_many`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn with_follower_edges<C: ConnectionTrait>(
+    conn: &C,
+    consumer: &str,
+    topic: &str,
+    followee: i64,
+    followers: &[i64],
+) -> Result<Option<(Vec<StoredOffset>, Vec<socialgraph_domain::Edge>)>, DbErr> {
+    if !crate::pg_bulk::is_postgres(conn) {
+        return Ok(None);
+    }
+    let (edges, stored) = crate::pg_bulk::follower_edges_with_offsets(conn, followee, followers, consumer, topic).await?;
+    Ok(Some((stored, edges)))
+}
+
 /// Stores the position of `consumer` on `topic`/`o.partition` (insert or overwrite).
 ///
 /// # Errors

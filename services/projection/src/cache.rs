@@ -299,8 +299,11 @@ impl Caches {
     }
 
     /// The follower rows (candidate → edge) of `candidates` to `user_id` and the stored offsets,
-    /// in one snapshot.
+    /// in one snapshot: one statement on PostgreSQL, else a read-only transaction.
     async fn read_checks(&self, db: &DatabaseConnection, user_id: i64, candidates: &[i64]) -> Result<(HashMap<i64, Edge>, Vec<StoredOffset>), DbErr> {
+        if let Some((stored, found)) = self.fence.stored_with_followers(db, user_id, candidates).await? {
+            return Ok((found.into_iter().map(|e| (e.follower_id, e)).collect(), stored));
+        }
         let txn = snapshot(db).await?;
         let stored = self.fence.stored(&txn).await?;
         let pairs: Vec<(i64, i64)> = candidates.iter().map(|&c| (c, user_id)).collect();

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbErr};
 use socialgraph_cache::lists::{AppliedMark, ListCache};
+use socialgraph_domain::Edge;
 use socialgraph_storage::offsets::{self, StoredOffset};
 
 /// Longest a fill waits for every partition's mark and for the projection's commits to cover
@@ -69,6 +70,21 @@ impl Fence {
     /// The database failed.
     pub async fn stored<C: ConnectionTrait>(&self, conn: &C) -> Result<Vec<StoredOffset>, DbErr> {
         offsets::list(conn, &self.consumer, &self.topic).await
+    }
+
+    /// The consumer's stored offsets and the `follower` rows of `followers` → `followee` in one
+    /// snapshot by one statement (PostgreSQL); `None` where that needs a transaction (see
+    /// [`socialgraph_storage::offsets::with_follower_edges`]).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn stored_with_followers<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        followee: i64,
+        followers: &[i64],
+    ) -> Result<Option<(Vec<StoredOffset>, Vec<Edge>)>, DbErr> {
+        offsets::with_follower_edges(conn, &self.consumer, &self.topic, followee, followers).await
     }
 
     /// Records the topic's partition count (the first call wins; the count of a topic never
