@@ -28,6 +28,11 @@ pub use config::{
 };
 pub use error::{ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
 pub use red::RpcMetrics;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
 
 /// The global allocator of every process that links this crate (each service, the embedded
 /// mode, the CLI, the gateway, the tests and the bench): mimalloc. Under BatchGetUserCounters(100)
@@ -35,11 +40,6 @@ pub use red::RpcMetrics;
 /// *Performance*).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_util::sync::CancellationToken;
-use tonic::service::Routes;
-use tonic_health::ServingStatus;
 
 /// The cache metrics relation-svc and projection-svc both export ([`cache_counters`]).
 #[derive(Clone)]

@@ -63,8 +63,7 @@ pub async fn with_follower_edges<C: ConnectionTrait>(
     if !crate::pg_bulk::is_postgres(conn) {
         return Ok(None);
     }
-    let (edges, stored) = crate::pg_bulk::follower_edges_with_offsets(conn, followee, followers, consumer, topic).await?;
-    Ok(Some((stored, edges)))
+    crate::pg_bulk::offsets_with_follower_edges(conn, consumer, topic, followee, followers).await.map(Some)
 }
 
 /// Stores the position of `consumer` on `topic`/`o.partition` (insert or overwrite).

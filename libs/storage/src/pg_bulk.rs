@@ -47,46 +47,39 @@ pub(crate) async fn get_edges<C: ConnectionTrait>(conn: &C, table: EdgeTable, pa
     query(conn, pairs.len(), &sql, pair_arrays(pairs)).await?.iter().map(edge_from_row).collect()
 }
 
-/// The `follower` rows of each of `followers` → `followee` (in no particular order, each once)
-/// and the stored positions of `consumer` on `topic`, in one statement: PostgreSQL reads a
-/// statement from one snapshot, so the rows and positions agree without a transaction, in one
-/// round trip instead of five (BEGIN, SET TRANSACTION, the two reads, COMMIT). The first column
-/// tells the branches apart (0 a row, 1 a position).
-pub(crate) async fn follower_edges_with_offsets<C: ConnectionTrait>(
+/// The stored positions of `consumer` on `topic` (by partition) and the `follower` rows of each
+/// of `followers` → `followee` (in no particular order, each once), in one statement:
+/// PostgreSQL reads a statement from one snapshot, so the rows and positions agree without a
+/// transaction, in one round trip instead of five (BEGIN, SET TRANSACTION, the two reads,
+/// COMMIT). A position travels in an edge row's shape (partition, next offset, -, last event
+/// time) and the last column tells the branches apart (0 a row, 1 a position).
+pub(crate) async fn offsets_with_follower_edges<C: ConnectionTrait>(
     conn: &C,
-    followee: i64,
-    followers: &[i64],
     consumer: &str,
     topic: &str,
-) -> Result<(Vec<Edge>, Vec<crate::offsets::StoredOffset>), DbErr> {
-    const SQL: &str = "SELECT 0::int2, follower_id, followee_id, state, version, followed_at_ms, updated_at_ms FROM follower \
+    followee: i64,
+    followers: &[i64],
+) -> Result<(Vec<crate::offsets::StoredOffset>, Vec<Edge>), DbErr> {
+    const SQL: &str = "SELECT follower_id, followee_id, state, version, followed_at_ms, updated_at_ms, 0::int2 FROM follower \
         WHERE followee_id = $2 AND follower_id = ANY($1) \
-        UNION ALL SELECT 1::int2, \"partition\"::int8, next_offset, 0::int2, last_event_ms, 0::int8, 0::int8 FROM consumer_offset \
+        UNION ALL SELECT \"partition\"::int8, next_offset, 0::int2, last_event_ms, 0::int8, 0::int8, 1::int2 FROM consumer_offset \
         WHERE consumer = $3 AND topic = $4";
     let values = vec![followers.to_vec().into(), followee.into(), consumer.into(), topic.into()];
-    let rows = conn.query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, SQL, values)).await?;
-    let (mut edges, mut stored) = (Vec::new(), Vec::new());
-    for r in rows {
-        if r.try_get_by_index::<i16>(0)? == 0 {
-            edges.push(Edge {
-                follower_id: r.try_get_by_index(1)?,
-                followee_id: r.try_get_by_index(2)?,
-                state: socialgraph_domain::EdgeState::from_i16(r.try_get_by_index(3)?),
-                version: r.try_get_by_index(4)?,
-                followed_at_ms: r.try_get_by_index(5)?,
-                updated_at_ms: r.try_get_by_index(6)?,
-            });
-        } else {
-            let partition: i64 = r.try_get_by_index(1)?;
-            stored.push(crate::offsets::StoredOffset {
-                partition: i32::try_from(partition).map_err(|_| DbErr::Type(format!("partition {partition} out of range")))?,
-                next_offset: r.try_get_by_index(2)?,
-                last_event_ms: r.try_get_by_index(4)?,
-            });
+    let (mut stored, mut edges) = (Vec::new(), Vec::new());
+    for r in conn.query_all_raw(Statement::from_sql_and_values(DbBackend::Postgres, SQL, values)).await? {
+        if r.try_get_by_index::<i16>(6)? == 0 {
+            edges.push(edge_from_row(&r)?);
+            continue;
         }
+        let partition: i64 = r.try_get_by_index(0)?;
+        stored.push(crate::offsets::StoredOffset {
+            partition: i32::try_from(partition).map_err(|_| DbErr::Type(format!("partition {partition} out of range")))?,
+            next_offset: r.try_get_by_index(1)?,
+            last_event_ms: r.try_get_by_index(3)?,
+        });
     }
     stored.sort_by_key(|o| o.partition);
-    Ok((edges, stored))
+    Ok((stored, edges))
 }
 
 /// `following`'s edges between `user_id` and each of `peers`, in no particular order: with
