@@ -134,15 +134,32 @@ impl RestrictionCache {
     /// # Errors
     /// The cache Redis is unreachable, slow or failing (the caller reads the database).
     pub async fn read(&self, user_id: i64) -> Result<SummaryRead, CacheError> {
-        let nonce = uuid::Uuid::now_v7().simple().to_string();
-        let lease = format!("L:{nonce}");
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(self.keys.restrictions(user_id)).arg(&lease).arg("NX").arg("GET").arg("PX").arg(LEASE.as_millis() as u64);
-        let found: Option<String> = crate::within(self.timeout, async {
+        let mut pipe = redis::pipe();
+        let nonce = self.ask(&mut pipe, user_id);
+        let (found,): (Option<String>,) = crate::within(self.timeout, async {
             let mut conn = crate::conn(&self.pool).await?;
-            Ok(cmd.query_async(&mut conn).await?)
+            Ok(pipe.query_async(&mut conn).await?)
         })
         .await?;
+        self.found(user_id, nonce, found).await
+    }
+
+    /// Adds the command of [`Self::read`] to `pipe`: `SET … NX GET PX` of a new lease on
+    /// `user_id`'s summary (the value comes back; a missing one is now the lease). Returns the
+    /// lease's nonce, for [`Self::found`].
+    pub(crate) fn ask(&self, pipe: &mut redis::Pipeline, user_id: i64) -> String {
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let lease = format!("L:{nonce}");
+        pipe.cmd("SET").arg(self.keys.restrictions(user_id)).arg(&lease).arg("NX").arg("GET").arg("PX").arg(LEASE.as_millis() as u64);
+        nonce
+    }
+
+    /// What [`Self::ask`]'s reply `found` means: a miss now holds the lease `nonce`; a
+    /// malformed summary is deleted and left to the database.
+    ///
+    /// # Errors
+    /// The deletion of a malformed summary failed.
+    pub(crate) async fn found(&self, user_id: i64, nonce: String, found: Option<String>) -> Result<SummaryRead, CacheError> {
         Ok(match found {
             None => SummaryRead::Lease(nonce),
             Some(v) if v == "X" || v.starts_with("L:") => SummaryRead::Database,

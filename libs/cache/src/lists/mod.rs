@@ -54,7 +54,8 @@ mod transactions;
 
 pub use fills::{ADMISSION_CAPACITY, ADMISSION_WINDOW, FILL_QUEUE, FILL_SLOTS, FillSlot, FillSlots, NotStarted};
 pub use joins::{JOIN_MAX, page_of};
-pub use relationships::Marks;
+pub use relationships::{Listed, Marks};
+pub use transactions::RelationshipsRead;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

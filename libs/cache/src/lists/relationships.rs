@@ -30,6 +30,12 @@ pub struct Marks {
     pub applied: HashMap<i32, i64>,
 }
 
+/// A list's answers read ahead of a lookup, one per member asked in order: `Some(answer)`
+/// where the list (or a follower window's relationship hash) answers, `None` where the
+/// LOOKUP script must; `None` as a whole when the script must look at every member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed(pub(super) Option<Vec<Option<Lookup>>>);
+
 impl ListCache {
     /// What the cache knows of `user_id`'s edge to each of `others`, in input order: from the
     /// list, else (follower windows) from the relationship hash. Marks nothing.
@@ -37,7 +43,16 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn lookup(&self, user_id: i64, others: &[i64]) -> Result<Vec<Lookup>, CacheError> {
-        Ok(self.lookup_with(user_id, others, "", None).await?.0)
+        Ok(self.lookup_with(user_id, others, "", None, None).await?.0)
+    }
+
+    /// [`Self::lookup`] from the list's answers read ahead
+    /// ([`super::ListCaches::relationships_read`]): only what they leave open is asked.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn lookup_ahead(&self, user_id: i64, others: &[i64], listed: Listed) -> Result<Vec<Lookup>, CacheError> {
+        Ok(self.lookup_with(user_id, others, "", None, Some(listed)).await?.0)
     }
 
     /// [`Self::lookup`] that marks the unknown candidates pending for
@@ -48,25 +63,51 @@ impl ListCache {
     /// # Errors
     /// Redis unreachable, slow or failing.
     pub async fn lookup_marking(&self, user_id: i64, others: &[i64], applied_key: Option<&str>) -> Result<(Vec<Lookup>, Marks), CacheError> {
+        self.marking(user_id, others, applied_key, None).await
+    }
+
+    /// [`Self::lookup_marking`] (no positions) from the list's answers read ahead
+    /// ([`super::ListCaches::relationships_read`]): only what they leave open is asked, and
+    /// marked.
+    ///
+    /// # Errors
+    /// Redis unreachable, slow or failing.
+    pub async fn lookup_marking_ahead(&self, user_id: i64, others: &[i64], listed: Listed) -> Result<(Vec<Lookup>, Marks), CacheError> {
+        self.marking(user_id, others, None, Some(listed)).await
+    }
+
+    async fn marking(
+        &self,
+        user_id: i64,
+        others: &[i64],
+        applied_key: Option<&str>,
+        ahead: Option<Listed>,
+    ) -> Result<(Vec<Lookup>, Marks), CacheError> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
-        let (answers, applied) = self.lookup_with(user_id, others, &nonce, applied_key).await?;
+        let (answers, applied) = self.lookup_with(user_id, others, &nonce, applied_key, ahead).await?;
         Ok((answers, Marks { nonce, applied }))
     }
 
-    /// The list's answers ([`Self::listed`]), then the LOOKUP script (marking under `nonce`
-    /// unless it is empty, and reading the positions applied under `applied_key` after the
-    /// marks) for the members left open. The positions are read only when the script runs: a
-    /// lookup the list answers whole leaves nothing for the database to fill.
+    /// The list's answers ([`Self::listed`], or `ahead` when they were read ahead), then the
+    /// LOOKUP script (marking under `nonce` unless it is empty, and reading the positions
+    /// applied under `applied_key` after the marks) for the members left open. The positions
+    /// are read only when the script runs: a lookup the list answers whole leaves nothing for
+    /// the database to fill.
     async fn lookup_with(
         &self,
         user_id: i64,
         others: &[i64],
         nonce: &str,
         applied_key: Option<&str>,
+        ahead: Option<Listed>,
     ) -> Result<(Vec<Lookup>, HashMap<i32, i64>), CacheError> {
-        let listed = match self.listed(user_id, others, !nonce.is_empty()).await? {
-            Some(listed) => listed,
-            None => vec![None; others.len()],
+        let listed = match ahead {
+            Some(Listed(listed)) => listed,
+            None => self.listed(user_id, others, !nonce.is_empty()).await?,
+        };
+        let listed = match listed {
+            Some(listed) if listed.len() == others.len() => listed,
+            _ => vec![None; others.len()],
         };
         let open: Vec<i64> = others.iter().zip(&listed).filter(|(_, l)| l.is_none()).map(|(o, _)| *o).collect();
         if open.is_empty() {

@@ -22,11 +22,17 @@
 //!   45–110 against 61–127; of 10 members: 4–12 against 16–26;
 //! - first page of 50: 23–26 µs against 51–60 (lists of 120–2,000), 6.5 against 17 (of 10).
 //!
+//! GetRelationship and BatchGetRelationships ask three caches of one user (the following list,
+//! the follower window with its relationship hash, the restriction summary): on a single Redis
+//! their three reads go in one transaction ([`ListCaches::relationships_read`]), decided by the
+//! same functions as the reads alone.
+//!
 //! A cluster connection sends no MULTI (`crate::cluster`), so there every read is the script.
 
 use redis::{FromRedisValue, Pipeline};
 
-use super::{ListCache, Lookup, PageRead, member};
+use super::{ListCache, ListCaches, Listed, Lookup, PageRead, member};
+use crate::restrictions::SummaryRead;
 use crate::{CacheError, Conn};
 
 /// A list's state and `_n` (HMGET of the versions hash).
@@ -61,15 +67,10 @@ impl ListCache {
         let Some(mut conn) = self.single_conn().await? else { return Ok(Served::AskTheScript) };
         let [set, versions, _] = self.list_keys(user_id);
         let mut pipe = redis::pipe();
-        pipe.atomic().cmd("HMGET").arg(&versions).arg("_s").arg("_n").cmd("ZCARD").arg(&set);
+        ask_head(pipe.atomic(), &versions, &set);
         ask(&mut pipe, &set);
-        let ((state, n), card, reply): (Head, i64, T) = crate::within(self.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
-        let complete = match state.as_deref() {
-            Some(b"c") => true,
-            Some(b"w") => false,
-            _ => return Ok(Served::No),
-        };
-        Ok(if n == Some(card) { Served::Yes { complete, reply } } else { Served::AskTheScript })
+        let (head, card, reply): (Head, i64, T) = crate::within(self.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
+        Ok(served(head, card, reply))
     }
 
     /// What `user_id`'s list itself says of each of `others`: `Some(answer)` for a member of
@@ -88,22 +89,8 @@ impl ListCache {
         if self.direction == super::Direction::Followers {
             return self.window_known(user_id, others).await;
         }
-        // Scores as f64 (from a bulk string, or a double on RESP3), cast as `ms_of` does.
-        let read = self
-            .transact::<Vec<Option<f64>>>(user_id, |pipe, set| {
-                pipe.cmd("ZMSCORE").arg(set);
-                for o in others {
-                    pipe.arg(member(*o).as_slice());
-                }
-            })
-            .await?;
-        Ok(match read {
-            Served::Yes { complete, reply: scores } if scores.len() == others.len() => {
-                Some(scores.into_iter().map(|score| score.map_or(complete.then_some(Lookup::No), |ms| Some(Lookup::Follows(ms as i64)))).collect())
-            }
-            Served::No if !marking => Some(vec![Some(Lookup::Unknown); others.len()]),
-            Served::Yes { .. } | Served::No | Served::AskTheScript => None,
-        })
+        let read = self.transact::<Vec<Option<f64>>>(user_id, |pipe, set| ask_scores(pipe, set, others)).await?;
+        Ok(listed_of(read, others.len(), marking))
     }
 
     /// What `user_id`'s follower window and its relationship hash say of each of `others`,
@@ -119,34 +106,22 @@ impl ListCache {
     /// the members left open, which the database is read for anyway.
     async fn window_known(&self, user_id: i64, others: &[i64]) -> Result<Option<Vec<Option<Lookup>>>, CacheError> {
         let Some(mut conn) = self.single_conn().await? else { return Ok(None) };
-        let [set, versions, relationships] = self.list_keys(user_id);
         let mut pipe = redis::pipe();
-        pipe.atomic().cmd("HMGET").arg(&versions).arg("_s").arg("_n").cmd("ZCARD").arg(&set).cmd("ZMSCORE").arg(&set);
-        for o in others {
-            pipe.arg(member(*o).as_slice());
-        }
+        self.ask_window(pipe.atomic(), user_id, others);
+        let read: WindowRead = crate::within(self.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
+        window_answers(read, others.len())
+    }
+
+    /// Adds the commands of [`Self::window_known`] to `pipe`: the window's state, `_n`, ZCARD,
+    /// ZMSCORE of `others`, then HMGET of `others` on its relationship hash ([`WindowRead`]).
+    fn ask_window(&self, pipe: &mut Pipeline, user_id: i64, others: &[i64]) {
+        let [set, versions, relationships] = self.list_keys(user_id);
+        ask_head(pipe, &versions, &set);
+        ask_scores(pipe, &set, others);
         pipe.cmd("HMGET").arg(&relationships);
         for o in others {
             pipe.arg(member(*o).as_slice());
         }
-        type Read = (Head, i64, Vec<Option<f64>>, Vec<Option<Vec<u8>>>);
-        let ((state, n), card, scores, known): Read = crate::within(self.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
-        if scores.len() != others.len() || known.len() != others.len() {
-            return Ok(None);
-        }
-        let served = matches!(state.as_deref(), Some(b"c" | b"w")) && n == Some(card);
-        let complete = served && state.as_deref() == Some(b"c");
-        scores
-            .into_iter()
-            .zip(known)
-            .map(|(score, entry)| match (score, entry) {
-                (Some(ms), _) if served => Ok(Some(Lookup::Follows(ms as i64))),
-                _ if complete => Ok(Some(Lookup::No)),
-                (_, Some(entry)) => remembered(&entry),
-                (_, None) => Ok(None),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
     }
 
     /// The first `limit` entries of `user_id`'s list, as [`Self::page`] answers them without a
@@ -165,6 +140,120 @@ impl ListCache {
         let entries = pairs.iter().map(|(m, ms)| Ok((super::id_of(m)?, *ms as i64))).collect::<Result<Vec<_>, CacheError>>()?;
         Ok(Some(if !complete && entries.len() < limit { PageRead::PastWindow(entries) } else { PageRead::Hit(entries) }))
     }
+}
+
+/// What one transaction read of a user's three cached parts of a relationship read: its
+/// following list, its follower window with the relationship hash, and its restriction
+/// summary ([`ListCaches::relationships_read`]).
+#[derive(Debug)]
+pub struct RelationshipsRead {
+    /// What the following list says, for [`ListCache::lookup_ahead`] on the following cache.
+    pub following: Listed,
+    /// What the follower window and its relationship hash say, for
+    /// [`ListCache::lookup_marking_ahead`] on the follower cache.
+    pub followers: Listed,
+    /// The restriction summary (a miss took its lease, as
+    /// [`crate::restrictions::RestrictionCache::read`] does).
+    pub restrictions: SummaryRead,
+}
+
+impl ListCaches {
+    /// GetRelationship's and BatchGetRelationships' reads of `user_id`'s caches in one
+    /// MULTI/EXEC: the following list's state, `_n`, ZCARD and ZMSCORE of `others` (as
+    /// [`ListCache::lookup`] starts), the follower window's and its relationship hash's (as
+    /// [`ListCache::lookup_marking`] starts), and the restriction summary's `SET NX GET` (as
+    /// [`crate::restrictions::RestrictionCache::read`]). It saves two round trips of the
+    /// three, each with its own connection checkout, timer and reply parse; the parts are
+    /// decided by the same functions as the three calls, and what a part leaves open goes on
+    /// through its own script.
+    ///
+    /// `None` on a cluster (its connection sends no MULTI) and for no `others`: the caller asks
+    /// each cache itself.
+    ///
+    /// # Errors
+    /// The cache Redis is unreachable, slow or failing: all three parts are unknown.
+    pub async fn relationships_read(&self, user_id: i64, others: &[i64]) -> Result<Option<RelationshipsRead>, CacheError> {
+        if others.is_empty() {
+            return Ok(None);
+        }
+        let Some(mut conn) = self.following.single_conn().await? else { return Ok(None) };
+        let [set, versions, _] = self.following.list_keys(user_id);
+        let mut pipe = redis::pipe();
+        ask_head(pipe.atomic(), &versions, &set);
+        ask_scores(&mut pipe, &set, others);
+        self.followers.ask_window(&mut pipe, user_id, others);
+        let nonce = self.restrictions.ask(&mut pipe, user_id);
+        type Read = (Head, i64, Vec<Option<f64>>, Head, i64, Vec<Option<f64>>, Vec<Option<Vec<u8>>>, Option<String>);
+        let (head, card, scores, w_head, w_card, w_scores, known, summary): Read =
+            crate::within(self.following.limits.timeout, async { Ok(pipe.query_async(&mut conn).await?) }).await?;
+        Ok(Some(RelationshipsRead {
+            following: Listed(listed_of(served(head, card, scores), others.len(), false)),
+            followers: Listed(window_answers((w_head, w_card, w_scores, known), others.len())?),
+            restrictions: self.restrictions.found(user_id, nonce, summary).await?,
+        }))
+    }
+}
+
+/// Adds HMGET of a list's state and `_n` ([`Head`]) and its ZCARD to `pipe`.
+fn ask_head(pipe: &mut Pipeline, versions: &str, set: &str) {
+    pipe.cmd("HMGET").arg(versions).arg("_s").arg("_n").cmd("ZCARD").arg(set);
+}
+
+/// Adds ZMSCORE of `others` on the sorted set `set` to `pipe`.
+fn ask_scores(pipe: &mut Pipeline, set: &str, others: &[i64]) {
+    pipe.cmd("ZMSCORE").arg(set);
+    for o in others {
+        pipe.arg(member(*o).as_slice());
+    }
+}
+
+/// What a list read with its [`Head`] and ZCARD `card` is, with `reply`.
+fn served<T>((state, n): Head, card: i64, reply: T) -> Served<T> {
+    let complete = match state.as_deref() {
+        Some(b"c") => true,
+        Some(b"w") => false,
+        _ => return Served::No,
+    };
+    if n == Some(card) { Served::Yes { complete, reply } } else { Served::AskTheScript }
+}
+
+/// A following list's answers ([`ListCache::listed`]) from the ZMSCORE of `count` members read
+/// with its state: scores arrive as f64 (a bulk string, or a double on RESP3) and are cast as
+/// `ms_of` casts them.
+fn listed_of(read: Served<Vec<Option<f64>>>, count: usize, marking: bool) -> Option<Vec<Option<Lookup>>> {
+    match read {
+        Served::Yes { complete, reply: scores } if scores.len() == count => {
+            Some(scores.into_iter().map(|score| score.map_or(complete.then_some(Lookup::No), |ms| Some(Lookup::Follows(ms as i64)))).collect())
+        }
+        Served::No if !marking => Some(vec![Some(Lookup::Unknown); count]),
+        Served::Yes { .. } | Served::No | Served::AskTheScript => None,
+    }
+}
+
+/// The replies of [`ListCache::ask_window`]: the window's [`Head`], ZCARD, ZMSCORE and the
+/// relationship hash's HMGET.
+type WindowRead = (Head, i64, Vec<Option<f64>>, Vec<Option<Vec<u8>>>);
+
+/// A follower window's answers ([`ListCache::window_known`]) for `count` members.
+fn window_answers((head, card, scores, known): WindowRead, count: usize) -> Result<Option<Vec<Option<Lookup>>>, CacheError> {
+    if scores.len() != count || known.len() != count {
+        return Ok(None);
+    }
+    let (served, complete) = match served(head, card, ()) {
+        Served::Yes { complete, .. } => (true, complete),
+        Served::No | Served::AskTheScript => (false, false),
+    };
+    scores
+        .into_iter()
+        .zip(known)
+        .map(|(score, entry)| match (score, entry) {
+            (Some(ms), _) if served => Ok(Some(Lookup::Follows(ms as i64))),
+            _ if complete => Ok(Some(Lookup::No)),
+            (_, Some(entry)) => remembered(&entry),
+            (_, None) => Ok(None),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// A relationship hash entry: `version:followed_at` (version 0 or less: no edge) → the answer;
