@@ -11,7 +11,9 @@
 
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::DatabaseConnection;
-use socialgraph_cache::lists::{CachedEdge, FillSlot, FillSlots, ListCache, Lookup, PageRead};
+use socialgraph_cache::CacheError;
+use socialgraph_cache::lists::{CachedEdge, FillSlot, FillSlots, ListCache, Listed, Lookup, PageRead};
+use socialgraph_cache::restrictions::SummaryRead;
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiResult, db_error};
 use socialgraph_storage::edges::{self, EdgeTable};
@@ -109,6 +111,22 @@ impl<T> Looked<T> {
     }
 }
 
+/// One part of a relationship read's cache answers read ahead ([`Relations::read_ahead`]):
+/// `None` when the part asks the cache itself (caches off, a Redis Cluster), else what the one
+/// transaction read for it, or its failure.
+pub(crate) type Ahead<T> = Option<Result<T, CacheError>>;
+
+/// The three parts of [`Relations::read_ahead`].
+#[derive(Default)]
+pub(crate) struct ReadAhead {
+    /// The following list's answers ([`Relations::following_at`]).
+    pub following: Ahead<Listed>,
+    /// The follower window's and relationship hash's ([`Relations::followed_by_at`]).
+    pub followers: Ahead<Listed>,
+    /// The restriction summary ([`Relations::cached_restrictions`]).
+    pub restrictions: Ahead<SummaryRead>,
+}
+
 /// The cache's form of a `following` edge.
 pub(crate) fn cached_edge(e: &Edge) -> CachedEdge {
     CachedEdge { peer_id: e.followee_id, version: e.version, following: e.state == EdgeState::Following, followed_at_ms: e.followed_at_ms }
@@ -126,6 +144,24 @@ impl Caches {
 }
 
 impl Relations {
+    /// A relationship read's three cache reads of `user_id` (following list, follower window
+    /// and relationship hash, restriction summary) in one round trip
+    /// ([`socialgraph_cache::lists::ListCaches::relationships_read`]), for each part to go on
+    /// from; every part empty (each asks itself) without caches, on a cluster or for no
+    /// `others`.
+    pub(crate) async fn read_ahead(&self, user_id: i64, others: &[i64]) -> ReadAhead {
+        let Some(c) = self.caches.as_ref() else { return ReadAhead::default() };
+        match c.all.relationships_read(user_id, others).await {
+            Ok(None) => ReadAhead::default(),
+            Ok(Some(r)) => ReadAhead { following: Some(Ok(r.following)), followers: Some(Ok(r.followers)), restrictions: Some(Ok(r.restrictions)) },
+            Err(e) => {
+                // Each part counts and logs its fallback, as it would after its own failed call.
+                let failed = || CacheError::Unavailable(e.to_string());
+                ReadAhead { following: Some(Err(failed())), followers: Some(Err(failed())), restrictions: Some(Err(failed())) }
+            }
+        }
+    }
+
     /// Up to `limit` entries of `user_id`'s following list after `after`, in list order: from
     /// the cache, else from the database (a miss also starts a fill in the background).
     ///
@@ -166,11 +202,17 @@ impl Relations {
     }
 
     /// followed_at of `user_id`'s edge to each of `others` (input order; `None`: not
-    /// following) from the user's cached following list; `None` when the caller must read the
-    /// database (a miss also starts a fill in the background).
-    pub(crate) async fn following_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> Option<Vec<Option<i64>>> {
+    /// following) from the user's cached following list, going on from `ahead` when it was
+    /// read ahead; `None` when the caller must read the database (a miss also starts a fill in
+    /// the background).
+    pub(crate) async fn following_at(&self, rpc: &str, user_id: i64, others: &[i64], ahead: Ahead<Listed>) -> Option<Vec<Option<i64>>> {
         let c = self.caches.as_ref()?;
-        let read = c.following.lookup(user_id, others).await.map(|answers| {
+        let read = match ahead {
+            None => c.following.lookup(user_id, others).await,
+            Some(Ok(listed)) => c.following.lookup_ahead(user_id, others, listed).await,
+            Some(Err(e)) => Err(e),
+        };
+        let read = read.map(|answers| {
             let unknown = answers.iter().filter(|a| **a == Lookup::Unknown).count();
             match unknown {
                 0 => Looked::Hit(answers.iter().map(|a| if let Lookup::Follows(ms) = a { Some(*ms) } else { None }).collect()),
@@ -184,8 +226,8 @@ impl Relations {
     /// followed_at of each of `others`' edge to `user_id` (input order; `None`: not
     /// following), from the user's follower window and relationship hash; the candidates
     /// those do not know are read from `following` in one query and remembered in the
-    /// relationship hash. `Ok(None)` when the cache cannot answer (caches off or down): the
-    /// caller reads the database.
+    /// relationship hash. It goes on from `ahead` when that was read ahead. `Ok(None)` when the
+    /// cache cannot answer (caches off or down): the caller reads the database.
     ///
     /// No position fence is needed, unlike projection-svc's fills: `following` is the source
     /// of truth, so every event applied before the candidates were marked is already in the
@@ -193,9 +235,14 @@ impl Relations {
     ///
     /// # Errors
     /// UNAVAILABLE when the database fails.
-    pub(crate) async fn followed_by_at(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Option<Vec<Option<i64>>>> {
+    pub(crate) async fn followed_by_at(&self, rpc: &str, user_id: i64, others: &[i64], ahead: Ahead<Listed>) -> ApiResult<Option<Vec<Option<i64>>>> {
         let Some(c) = self.caches.as_ref() else { return Ok(None) };
-        let (looked, marks) = match c.followers.lookup_marking(user_id, others, None).await {
+        let read = match ahead {
+            None => c.followers.lookup_marking(user_id, others, None).await,
+            Some(Ok(listed)) => c.followers.lookup_marking_ahead(user_id, others, listed).await,
+            Some(Err(e)) => Err(e),
+        };
+        let (looked, marks) = match read {
             Ok(looked) => looked,
             Err(e) => {
                 tracing::debug!(error = %e, rpc, "cache unavailable: reading the database");

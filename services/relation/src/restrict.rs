@@ -16,6 +16,7 @@
 //!   order, and only then read or write the `block` rows, so the flag is computed from a
 //!   settled view ("blocked" = either direction blocks).
 
+use socialgraph_cache::restrictions::SummaryRead;
 use socialgraph_domain::{Edge, EdgeState, ListKind, Violation, validate_user_id};
 use socialgraph_proto::events::v1::RelationEventKind;
 use socialgraph_server::paging::page_request;
@@ -24,6 +25,7 @@ use socialgraph_storage::edges::{self, EdgeTable};
 use socialgraph_storage::outbox;
 use socialgraph_storage::restrictions::{self, Restriction};
 
+use crate::cache::Ahead;
 use crate::service::{Page, Relations, TxError, UnfollowOutcome, in_tx, now_ms};
 
 /// Result of a Block.
@@ -216,8 +218,9 @@ impl Relations {
     }
 
     /// For each of `others`, in order: the edges both ways ([`Self::relationships`]) and the
-    /// restrictions ([`Self::restrictions_with`]) between it and `user_id`, read at once (from
-    /// the caches, one round trip).
+    /// restrictions ([`Self::restrictions_with`]) between it and `user_id`, read at once: on
+    /// a single cache Redis the three cache reads are one transaction ([`Self::read_ahead`]),
+    /// and each part goes on from what it read (its script, the database) at the same time.
     ///
     /// # Errors
     /// INVALID_ARGUMENT for bad ids or batch size (before anything is read); UNAVAILABLE.
@@ -235,19 +238,23 @@ impl Relations {
             return Err(bad.into());
         }
         let rpc = if field == "other_user_id" { "GetRelationship" } else { "BatchGetRelationships" };
-        let (rel, flags) = tokio::join!(self.relationships(rpc, user_id, others), self.restrictions_with(rpc, user_id, others));
+        let ahead = self.read_ahead(user_id, others).await;
+        let (rel, flags) = tokio::join!(
+            self.relationships(rpc, user_id, others, ahead.following, ahead.followers),
+            self.restrictions_with(rpc, user_id, others, ahead.restrictions)
+        );
         Ok((rel?, flags?))
     }
 
     /// For each of `others`, in order: the blocks, mute and pending follow requests between it
     /// and `user_id`, from the user's cached restriction summary when there is one, else from
-    /// the database (`rpc` names the caller in the cache metrics). The ids are validated by the
-    /// caller.
+    /// the database (`rpc` names the caller in the cache metrics; `ahead`, the summary when it
+    /// was read ahead). The ids are validated by the caller.
     ///
     /// # Errors
     /// UNAVAILABLE.
-    pub async fn restrictions_with(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Vec<Flags>> {
-        let found = match self.cached_restrictions(rpc, user_id).await {
+    pub(crate) async fn restrictions_with(&self, rpc: &str, user_id: i64, others: &[i64], ahead: Ahead<SummaryRead>) -> ApiResult<Vec<Flags>> {
+        let found = match self.cached_restrictions(rpc, user_id, ahead).await {
             Some(found) => found,
             None => restrictions::between(&self.db, user_id, others).await.map_err(db_error)?,
         };

@@ -13,7 +13,7 @@ use socialgraph_cache::restrictions::{Held, Kind, MAX_ENTRIES, SummaryRead};
 use socialgraph_storage::restrictions::{self, Restriction};
 use socialgraph_storage::stale;
 
-use crate::cache::Caches;
+use crate::cache::{Ahead, Caches};
 use crate::service::{Relations, now_ms};
 
 fn kind_of(r: Restriction) -> Kind {
@@ -33,11 +33,15 @@ fn restriction_of(k: Kind) -> Restriction {
 }
 
 impl Relations {
-    /// `user_id`'s restrictions as (kind, owner, target) from its cached summary, counted under
-    /// `rpc`; `None` when the database must answer (a miss also starts a fill).
-    pub(crate) async fn cached_restrictions(&self, rpc: &str, user_id: i64) -> Option<HashSet<(Restriction, i64, i64)>> {
+    /// `user_id`'s restrictions as (kind, owner, target) from its cached summary (read ahead
+    /// when `ahead` holds it), counted under `rpc`; `None` when the database must answer (a
+    /// miss also starts a fill).
+    pub(crate) async fn cached_restrictions(&self, rpc: &str, user_id: i64, ahead: Ahead<SummaryRead>) -> Option<HashSet<(Restriction, i64, i64)>> {
         let c = self.caches.as_ref()?;
-        let read = c.restrictions.read(user_id).await;
+        let read = match ahead {
+            None => c.restrictions.read(user_id).await,
+            Some(read) => read,
+        };
         let label = match &read {
             Ok(SummaryRead::Hit(_)) => "hit",
             Ok(SummaryRead::Lease(_)) => "miss",

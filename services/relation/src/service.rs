@@ -8,6 +8,7 @@ use prost::Message;
 use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use socialgraph_cache::{
     keys::Keys,
+    lists::Listed,
     rate_limit::{TokenBucket, Verdict},
 };
 use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, Violation, validate_user_id};
@@ -23,6 +24,7 @@ use socialgraph_storage::outbox::{self, NewOutboxRow};
 use socialgraph_storage::restrictions::{self, Restriction};
 use tokio::sync::Notify;
 
+use crate::cache::Ahead;
 use crate::config::{Config, OnRedisError};
 
 /// Most retries of one transaction that lost a race (unique key, deadlock).
@@ -365,30 +367,37 @@ impl Relations {
 
     /// Both directions between `user_id` and each of `others`, in request order:
     /// (edge user→other if following, edge other→user if following); `rpc` names the caller
-    /// in the cache metrics. The ids are validated by the caller
-    /// ([`Self::relationships_with_flags`]).
+    /// in the cache metrics; `following` and `followers`, each list's answers when they were
+    /// read ahead. The ids are validated by the caller ([`Self::relationships_with_flags`]).
     ///
     /// # Errors
     /// UNAVAILABLE.
-    pub(crate) async fn relationships(&self, rpc: &str, user_id: i64, others: &[i64]) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
-        let following = |e: &Edge| e.state == EdgeState::Following;
+    pub(crate) async fn relationships(
+        &self,
+        rpc: &str,
+        user_id: i64,
+        others: &[i64],
+        following: Ahead<Listed>,
+        followers: Ahead<Listed>,
+    ) -> ApiResult<Vec<(Option<Edge>, Option<Edge>)>> {
+        let is_following = |e: &Edge| e.state == EdgeState::Following;
         // Each direction from its cache, else from the database; the two run at once, so a
         // read both caches miss costs one database round trip of latency, not two.
         let out = async {
-            Ok::<_, ApiError>(match self.following_at(rpc, user_id, others).await {
+            Ok::<_, ApiError>(match self.following_at(rpc, user_id, others, following).await {
                 Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(user_id, o, None, ms, ms)))).collect(),
                 None => {
                     let outgoing = edges::between(&self.db, user_id, others, true).await.map_err(db_error)?;
-                    outgoing.into_iter().filter(following).map(|e| (e.followee_id, e)).collect::<std::collections::HashMap<i64, Edge>>()
+                    outgoing.into_iter().filter(is_following).map(|e| (e.followee_id, e)).collect::<std::collections::HashMap<i64, Edge>>()
                 }
             })
         };
         let inc = async {
-            Ok::<_, ApiError>(match self.followed_by_at(rpc, user_id, others).await? {
+            Ok::<_, ApiError>(match self.followed_by_at(rpc, user_id, others, followers).await? {
                 Some(at) => others.iter().zip(at).filter_map(|(&o, at)| at.map(|ms| (o, Edge::followed(o, user_id, None, ms, ms)))).collect(),
                 None => {
                     let incoming = edges::between(&self.db, user_id, others, false).await.map_err(db_error)?;
-                    incoming.into_iter().filter(following).map(|e| (e.follower_id, e)).collect::<std::collections::HashMap<i64, Edge>>()
+                    incoming.into_iter().filter(is_following).map(|e| (e.follower_id, e)).collect::<std::collections::HashMap<i64, Edge>>()
                 }
             })
         };
