@@ -52,7 +52,7 @@ pub(crate) async fn run(a: &IdleArgs) -> anyhow::Result<()> {
 
 /// The pid of the broker the tests use: a `tansu` process whose command line names the
 /// address of `SG_TEST_KAFKA` (default 127.0.0.1:9092).
-fn broker_pid() -> Option<u32> {
+pub(crate) fn broker_pid() -> Option<u32> {
     let addr = socialgraph_testkit::kafka::brokers().first()?.clone();
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
@@ -63,7 +63,7 @@ fn broker_pid() -> Option<u32> {
 }
 
 /// utime + stime of `pid` in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
-fn cpu_ticks(pid: &str) -> u64 {
+pub(crate) fn cpu_ticks(pid: &str) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The command name (field 2) is in parentheses and may hold spaces: count after it.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);

@@ -3,6 +3,7 @@
 //! on MovieLens (the other densities are in the memory part).
 
 pub(crate) mod density;
+mod held;
 mod movielens;
 
 use std::collections::{BTreeMap, HashSet};
@@ -52,17 +53,31 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     ready(&m.counter).await?;
     let clients = counter_clients(&m.counter).await?;
     let pairs = Arc::new(like_pairs(a));
+    let mut conn = bench_redis().await?;
     progress(&format!("Like RPC, concurrency {}, up to {} s", a.concurrency, a.secs));
-    let like = like_run(a, &clients, &pairs).await;
+    let cpu = held::Cpu::now(&mut conn).await?;
+    let like = like_run(a, &clients, &pairs, "post").await;
+    let cpu = held::Cpu::now(&mut conn).await?.since(&cpu);
     let metrics = m.counter.metrics().await.unwrap_or_default();
     let (publish_failures, relayed) = (metric(&metrics, "sg_action_publish_failures_total"), metric(&metrics, "sg_action_events_published_total"));
     let drain = std::time::Instant::now();
     m.likes_relayed(Duration::from_secs(300)).await?;
     let drained_after = drain.elapsed();
 
+    // The same on other entities with the broker held for the run: the relay publishes after.
+    progress("Like RPC again with the broker stopped for the run (SIGSTOP, then SIGCONT)");
+    let cpu_held = held::Cpu::now(&mut conn).await?;
+    let held = {
+        let _held = held::Broker::stop()?;
+        like_run(a, &clients, &pairs, "photo").await
+    };
+    let cpu_held = held::Cpu::now(&mut conn).await?.since(&cpu_held);
+    let drain = std::time::Instant::now();
+    m.likes_relayed(Duration::from_secs(300)).await?;
+    let held_drained_after = drain.elapsed();
+
     // Raw 1: redis-benchmark EVALSHA of the toggle script.
     progress("redis-benchmark EVALSHA of the toggle script");
-    let mut conn = bench_redis().await?;
     let scripts = EntityScripts::default();
     let eval = toggle_benchmark(&mut conn, &scripts, a, bp).await?;
 
@@ -78,8 +93,10 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let produce = produce_singles(a).await?;
 
     summarize(format!("Like ({} callers)", a.concurrency), like.rate(), direct.rate(), "/s", ">= 0.6x");
+    summarize("Like, broker stopped for the run", held.rate(), direct.rate(), "/s", "the Like path alone");
     summarize("floor: bare tonic server + the raw toggle", bare.rate(), direct.rate(), "/s", "about the most a gRPC call reaches");
-    print_likes(a, &LikeResults { like, publish_failures, relayed, drained_after, eval, direct, bare, produce });
+    let held = Held { run: held, cpu: cpu_held, drained_after: held_drained_after };
+    print_likes(a, &LikeResults { like, cpu, publish_failures, relayed, drained_after, held, eval, direct, bare, produce });
     entity_counts(m, a, &clients, bp, &mut conn).await?;
     movielens::run(m, a, &clients, bp, &mut conn).await
 }
@@ -99,15 +116,17 @@ fn like_pairs(a: &LikesArgs) -> Vec<(i64, i64)> {
 }
 
 /// A Like RPC of each of `pairs`, until they or `secs` run out.
-async fn like_run(a: &LikesArgs, clients: &[CounterServiceClient<Channel>], pairs: &Arc<Vec<(i64, i64)>>) -> Run {
+async fn like_run(a: &LikesArgs, clients: &[CounterServiceClient<Channel>], pairs: &Arc<Vec<(i64, i64)>>, entity_type: &'static str) -> Run {
     let (cl, pp) = (clients.to_vec(), Arc::clone(pairs));
     closed_loop(a.concurrency, pp.len(), Duration::from_secs(a.secs), move |w, i| {
         let mut c = cl[w % cl.len()].clone();
         let (actor_id, entity_id) = pp[i];
         async move {
-            let r =
-                c.like(LikeRequest { actor_id, entity: Some(EntityRef { entity_type: "post".into(), entity_id }), owner_id: 0 }).await?.into_inner();
-            anyhow::ensure!(r.changed, "like {actor_id} → post {entity_id} changed nothing");
+            let r = c
+                .like(LikeRequest { actor_id, entity: Some(EntityRef { entity_type: entity_type.into(), entity_id }), owner_id: 0 })
+                .await?
+                .into_inner();
+            anyhow::ensure!(r.changed, "like {actor_id} → {entity_type} {entity_id} changed nothing");
             Ok(())
         }
     })
@@ -218,17 +237,30 @@ async fn produce_singles(a: &LikesArgs) -> anyhow::Result<Run> {
 /// Everything the Like table shows.
 struct LikeResults {
     like: Run,
+    /// Cores used during the Like run ([`held::Cpu::since`]).
+    cpu: held::Cores,
     /// counter-svc's `sg_action_publish_failures_total` after the Like run.
     publish_failures: f64,
     /// Like events the relay had published (broker acknowledged) when the run ended.
     relayed: f64,
     /// From the end of the run until every outbox was empty (polled, about 0.1 s apart).
     drained_after: Duration,
+    /// The Like run with the broker stopped.
+    held: Held,
     eval: RedisBench,
     direct: Run,
     /// The same toggles through a bare tonic server ([`crate::floor`]).
     bare: Run,
     produce: Run,
+}
+
+/// The Like run on other entities with the broker stopped ([`held::Broker`]).
+struct Held {
+    run: Run,
+    /// Cores used during it.
+    cpu: held::Cores,
+    /// From the broker's restart until every outbox was empty.
+    drained_after: Duration,
 }
 
 fn print_likes(a: &LikesArgs, r: &LikeResults) {
@@ -243,6 +275,8 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
             row("p99 vs redis-benchmark EVALSHA", like.p99(), eval.p99, "ms"),
             row("Like/s vs ZADD + EVALSHA from redis-rs", like.rate(), direct.rate(), "/s"),
             row("p99 vs ZADD + EVALSHA from redis-rs", like.p99(), direct.p99(), "ms"),
+            row("broker stopped: Like/s vs redis-rs", r.held.run.rate(), direct.rate(), "/s"),
+            row("broker stopped: p99 vs redis-rs", r.held.run.p99(), direct.p99(), "ms"),
             row("floor: bare tonic + ZADD + EVALSHA /s vs redis-rs", r.bare.rate(), direct.rate(), "/s"),
             row("Like/s vs rskafka produce(1 record)", like.rate(), produce.rate(), "/s"),
             row("p50 vs rskafka produce(1 record)", like.p50(), produce.p50(), "ms"),
@@ -257,6 +291,10 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
                     like.ok,
                     r.drained_after.as_secs_f64()
                 ),
+            format!("CPU during the Like run: {}", r.cpu.describe()),
+            r.cpu.per_op(like.rate()),
+            r.held.run.describe("Like RPC on other posts (entity type photo) with the broker stopped for the run")
+                + &format!("; CPU: {}; outboxes empty {:.2} s after the broker went on", r.held.cpu.describe(), r.held.drained_after.as_secs_f64()),
             "redis-benchmark EVALSHA <toggle sha> 4 <entity keys> 1 4242 <8 bytes> 1 <entry> -r 100000000 -n 200000: random \
              entity per call (each __rand_int__ independently), fixed actor"
                 .into(),
