@@ -1,6 +1,8 @@
 //! The entity state string decoded in Rust ([`crate::entities`] gives the format): which keys
 //! hold an entity's facts and how each metric is represented, for benchmarks, tests and
-//! operators' tools. The service itself reads states only inside its scripts.
+//! operators' tools; and the front of a state ([`header`]), which the service's count reads
+//! decode from a `GETRANGE` of its first [`HEADER_MAX`] bytes. Every change of a state goes
+//! through the scripts.
 
 use crate::keys::EntityKeys;
 
@@ -76,6 +78,22 @@ impl EntityLayout {
     }
 }
 
+/// Longest front of a state that [`header`] needs: the format byte and three varints of at
+/// most 10 bytes each (a u64 in LEB128).
+pub const HEADER_MAX: usize = 31;
+
+/// The toggle sequence and the like and fav counts at the front of a state (or of its first
+/// [`HEADER_MAX`] bytes), as the count script reads them: all 0 for an empty input (a missing
+/// state); `None` when it is not format 1 or ends inside the three varints.
+pub fn header(front: &[u8]) -> Option<(u64, u64, u64)> {
+    let Some((&format, rest)) = front.split_first() else { return Some((0, 0, 0)) };
+    if format != 1 {
+        return None;
+    }
+    let mut r = Cursor(rest);
+    Some((r.varint()?, r.varint()?, r.varint()?))
+}
+
 /// The unread rest of a state.
 struct Cursor<'a>(&'a [u8]);
 
@@ -128,5 +146,32 @@ mod tests {
         assert_eq!(got.metrics[1], MetricLayout::default());
         assert_eq!(EntityLayout::decode(&s[..s.len() - 1]), None);
         assert_eq!(EntityLayout::decode(&[2]), None);
+    }
+
+    #[test]
+    fn a_header_reads_the_front_of_a_state_or_of_its_first_bytes() {
+        // seq 2^51 (8 varint bytes, a clock in µs), like 300 (2 bytes), fav 7, then the shapes.
+        let mut s = vec![1];
+        let mut seq = 1u64 << 51;
+        while seq >= 0x80 {
+            s.push((seq as u8 & 0x7f) | 0x80);
+            seq >>= 7;
+        }
+        s.push(seq as u8);
+        s.extend([0xac, 0x02, 7, 0, 0]);
+        assert_eq!(header(&s), Some((1 << 51, 300, 7)));
+        // Any cut that keeps the three varints reads the same; a shorter one is malformed.
+        let end = s.len() - 2;
+        assert_eq!(header(&s[..end]), Some((1 << 51, 300, 7)));
+        assert_eq!(header(&s[..end - 1]), None);
+        assert_eq!(header(&[]), Some((0, 0, 0)));
+        assert_eq!(header(&[2, 5, 4, 0]), None);
+        // Ten bytes is the longest u64; an eleventh continuation byte is malformed.
+        let mut max = vec![1];
+        max.extend([0xff; 9]);
+        max.extend([0x01, 0, 0]);
+        assert!(max.len() <= HEADER_MAX);
+        assert_eq!(header(&max), Some((u64::MAX, 0, 0)));
+        assert_eq!(header(&[1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0]), None);
     }
 }

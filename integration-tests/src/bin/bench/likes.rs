@@ -337,7 +337,7 @@ async fn entity_counts(
         &[row("req/s", counts.rate(), mget.rps, "/s"), row("p50", counts.p50(), mget.p50, "ms"), row("p99", counts.p99(), mget.p99, "ms")],
         &[
             counts.describe("BatchGetEntityCounts"),
-            "the service runs one counts script per entity (5 keys each) in one pipeline; raw = one MGET of 100 \
+            "the service sends one GETRANGE of the state's first 31 bytes per entity in one pipeline; raw = one MGET of 100 \
              entity state strings of 6 bytes (a state with seq 3, 3 likes, 3 favs, no actors)"
                 .into(),
         ],
