@@ -369,15 +369,13 @@ redis.call('RPUSH', KEYS[2], string.format('%d', st.seq) .. '|' .. ARGV[5])
 return {1, st.seq}
 ";
 
-/// KEYS: state, like chunk prefix, like spill set, fav chunk prefix, fav spill set. ARGV: '1'
-/// to recount from the facts first (admin rebuild). Returns {like, fav}.
-const COUNTS: &str = r"
+/// KEYS: state, like chunk prefix, like spill set, fav chunk prefix, fav spill set. Recounts
+/// both metrics from their facts and stores the counts (the admin rebuild; count reads take
+/// the state's front, [`crate::entity_layout::header`]). Returns {like, fav}; a missing state
+/// is {0, 0} and stays missing.
+const RECOUNT: &str = r"
 local s = redis.call('GET', KEYS[1])
-if ARGV[1] ~= '1' or not s then
-  local _, l, f = header(s)
-  if not l then return malformed() end
-  return {l, f}
-end
+if not s then return {0, 0} end
 local st = decode(s)
 if not st then return malformed() end
 recount(st.m[1], KEYS[2], KEYS[3])
@@ -398,7 +396,7 @@ if not q then return malformed() end
 return {q, l, f}
 ";
 
-/// KEYS: as [`COUNTS`]. ARGV: the actor as in [`TOGGLE`] (decimal or '', 8 bytes). Returns
+/// KEYS: as [`RECOUNT`]. ARGV: the actor as in [`TOGGLE`] (decimal or '', 8 bytes). Returns
 /// {liked (0|1), faved (0|1)}.
 const HAS: &str = r"
 local st = decode(redis.call('GET', KEYS[1]))
@@ -414,8 +412,8 @@ return {l and 1 or 0, f and 1 or 0}
 pub struct EntityScripts {
     /// Flip one fact, move the count, append the event to the outbox ([`TOGGLE`]).
     pub toggle: Script,
-    /// The two counts, recounted from the facts first when asked ([`COUNTS`]).
-    pub counts: Script,
+    /// The two counts recounted from the facts ([`RECOUNT`]).
+    pub recount: Script,
     /// Counts with the sequence they reflect ([`STATE`]).
     pub state: Script,
     /// Whether one actor liked / faved ([`HAS`]).
@@ -429,7 +427,7 @@ pub struct EntityScripts {
 impl EntityScripts {
     /// Every script, for loading after Redis lost them.
     pub fn all(&self) -> [&Script; 6] {
-        [&self.toggle, &self.counts, &self.state, &self.has, &self.unpend, &self.trim]
+        [&self.toggle, &self.recount, &self.state, &self.has, &self.unpend, &self.trim]
     }
 }
 
@@ -437,7 +435,7 @@ impl Default for EntityScripts {
     fn default() -> Self {
         Self {
             toggle: Script::new(&format!("{LUA_STATE}{TOGGLE}")),
-            counts: Script::new(&format!("{LUA_STATE}{COUNTS}")),
+            recount: Script::new(&format!("{LUA_STATE}{RECOUNT}")),
             state: Script::new(&format!("{LUA_STATE}{STATE}")),
             has: Script::new(&format!("{LUA_STATE}{HAS}")),
             unpend: Script::new(crate::outbox_scripts::UNPEND),

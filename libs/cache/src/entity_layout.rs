@@ -83,7 +83,7 @@ impl EntityLayout {
 pub const HEADER_MAX: usize = 31;
 
 /// The toggle sequence and the like and fav counts at the front of a state (or of its first
-/// [`HEADER_MAX`] bytes), as the count script reads them: all 0 for an empty input (a missing
+/// [`HEADER_MAX`] bytes), as the scripts' Lua `header` reads them: all 0 for an empty input (a missing
 /// state); `None` when it is not format 1 or ends inside the three varints.
 pub fn header(front: &[u8]) -> Option<(u64, u64, u64)> {
     let Some((&format, rest)) = front.split_first() else { return Some((0, 0, 0)) };

@@ -239,11 +239,10 @@ impl Entities {
     /// # Errors
     /// UNAVAILABLE.
     pub async fn rebuild(&self, entity: &pb::EntityRef) -> ApiResult<pb::EntityCounts> {
-        let mut inv = self.store.entity_scripts.counts.prepare_invoke();
+        let mut inv = self.store.entity_scripts.recount.prepare_invoke();
         for k in script_keys(&self.keys(entity)) {
             inv.key(k);
         }
-        inv.arg("1");
         let v = self.store.query(redis::pipe().invoke_script(&inv)).await.map_err(cache_error)?;
         let (likes, favs) = pair(v.into_iter().next().unwrap_or(Value::Nil))?;
         Ok(entity_counts(entity, &[LIKE, FAV], likes, favs))
