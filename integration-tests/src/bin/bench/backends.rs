@@ -1,5 +1,6 @@
 //! Broker and Redis helpers shared by the parts: topics and partition clients on the local
-//! broker, the bench's own Redis keys, Redis memory figures and `redis-benchmark` runs.
+//! broker, the broker's process (its pid, its CPU, stopping it for a run), the bench's own
+//! Redis keys, Redis memory figures and `redis-benchmark` runs.
 
 use std::time::Duration;
 
@@ -106,4 +107,69 @@ pub(crate) async fn redis_benchmark(args: &[String]) -> anyhow::Result<RedisBenc
     let fields: Vec<&str> = line.trim().trim_matches('"').rsplit("\",\"").collect();
     let num = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
     Ok(RedisBench { rps: num(6), p50: num(3), p99: num(1) })
+}
+
+/// The pid of the broker the tests use: a `tansu` process whose command line names the
+/// address of `SG_TEST_KAFKA` (default 127.0.0.1:9092).
+pub(crate) fn broker_pid() -> Option<u32> {
+    let addr = socialgraph_testkit::kafka::brokers().first()?.clone();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (comm.trim() == "tansu" && String::from_utf8_lossy(&cmdline).contains(&addr)).then_some(pid)
+    })
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
+pub(crate) const TICKS_PER_SEC: f64 = 100.0;
+
+/// utime + stime of every PostgreSQL process (`comm` "postgres": the server and its
+/// backends) in clock ticks; a backend that exits between two readings takes its share along.
+pub(crate) fn postgres_ticks() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .map(|pid| cpu_ticks(&pid.to_string()))
+        .sum()
+}
+
+/// utime + stime of `pid` in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
+pub(crate) fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
+/// The broker stopped until this is dropped, so that a failed run still lets it go.
+pub(crate) struct Broker(u32);
+
+impl Broker {
+    /// Stops the broker of the tests (`SG_TEST_KAFKA`).
+    ///
+    /// # Errors
+    /// No broker process found, or `kill` failed.
+    pub(crate) fn stop() -> anyhow::Result<Self> {
+        let Some(pid) = broker_pid() else { anyhow::bail!("no broker process (tansu) found: run `make deps`") };
+        signal(pid, "STOP")?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Err(e) = signal(self.0, "CONT") {
+            eprintln!("the broker (pid {}) could not be let go: {e}; run `kill -CONT {}`", self.0, self.0);
+        }
+    }
+}
+
+/// Sends `SIG<name>` to `pid` with kill(1).
+fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status()?;
+    anyhow::ensure!(status.success(), "kill -{name} {pid}: {status}");
+    Ok(())
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use socialgraph_integration_tests::{Mesh, spawn_counter, spawn_projection};
 
 use crate::IdleArgs;
+use crate::backends::{TICKS_PER_SEC, broker_pid, cpu_ticks};
 use crate::report::{header, print_table, progress, row, summarize};
 
 pub(crate) async fn run(a: &IdleArgs) -> anyhow::Result<()> {
@@ -50,30 +51,8 @@ pub(crate) async fn run(a: &IdleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The pid of the broker the tests use: a `tansu` process whose command line names the
-/// address of `SG_TEST_KAFKA` (default 127.0.0.1:9092).
-pub(crate) fn broker_pid() -> Option<u32> {
-    let addr = socialgraph_testkit::kafka::brokers().first()?.clone();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        (comm.trim() == "tansu" && String::from_utf8_lossy(&cmdline).contains(&addr)).then_some(pid)
-    })
-}
-
-/// utime + stime of `pid` in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
-pub(crate) fn cpu_ticks(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name (field 2) is in parentheses and may hold spaces: count after it.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
-    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
-}
-
 /// Cores used by the broker and by this process over `d`.
 async fn cpu_over(broker: u32, d: Duration) -> (f64, f64) {
-    const TICKS_PER_SEC: f64 = 100.0;
     let (b0, s0, t) = (cpu_ticks(&broker.to_string()), cpu_ticks("self"), Instant::now());
     tokio::time::sleep(d).await;
     let secs = t.elapsed().as_secs_f64();

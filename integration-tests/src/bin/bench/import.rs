@@ -1,7 +1,10 @@
 //! Part 5, import: a real follow graph (soc-Slashdot0902 by default) loaded with ImportFollows
 //! into the whole mesh, as `socialgraph load` does it: edges/s beside a COPY of the same rows
 //! into both edge tables, then how long after the import every view is caught up (outbox empty,
-//! every consumer at lag 0) and every user's counters are right.
+//! every consumer at lag 0) and every user's counters are right. The CPU of the broker,
+//! PostgreSQL and this process (the services and the loader) is read during the import, and the
+//! import runs again into a second mesh with the broker stopped (SIGSTOP) until it ends: what the
+//! import path reaches when the event flow does not share the machine's two cores.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -14,6 +17,7 @@ use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh};
 use socialgraph_testkit::{Backend, TestDb};
 
 use crate::ImportArgs;
+use crate::backends::{Broker, TICKS_PER_SEC, broker_pid, cpu_ticks, postgres_ticks};
 use crate::report::{header, print_table, progress, row, summarize};
 
 /// Longest wait for lag 0 and for the counters.
@@ -32,8 +36,10 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     progress(&format!("ImportFollows of {edges} edges ({} users) into the mesh", graph.users.len()));
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let endpoints = endpoints(&mesh);
+    let cpu = Cpu::now();
     let summary = load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     let end = Instant::now();
+    let cpu = Cpu::now().since(&cpu);
     progress("waiting for the outbox to empty and every consumer to reach lag 0");
     mesh.settle(CATCH_UP).await?;
     let lag0 = end.elapsed().as_secs_f64();
@@ -43,12 +49,30 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     let correct = end.elapsed().as_secs_f64();
     mesh.stop().await?;
 
+    progress("ImportFollows again into a second mesh with the broker stopped until the import ends");
+    let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
+    let (held, cpu_held) = {
+        let _stopped = Broker::stop()?;
+        let cpu = Cpu::now();
+        let held = load_follows(&self::endpoints(&mesh), &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
+        (held, Cpu::now().since(&cpu))
+    };
+    anyhow::ensure!(
+        held.edges_loaded == summary.edges_loaded,
+        "the second import loaded {} edges, the first {}",
+        held.edges_loaded,
+        summary.edges_loaded
+    );
+    // Not waited for: the backlog goes with the mesh's database.
+    mesh.stop().await?;
+
     print_table(
         &format!("ImportFollows: {} ({} edges, {} users)", path.file_name().unwrap_or_default().to_string_lossy(), edges, graph.users.len()),
         "socialgraph",
         "raw COPY",
         &[
             row("edges/s", summary.edges_per_sec, copy_rate, "/s"),
+            row("edges/s, broker stopped for the import", held.edges_per_sec, copy_rate, "/s"),
             row("import end -> outbox empty, every lag 0", lag0, 0.0, "s"),
             row("import end -> every counter right", correct, 0.0, "s"),
         ],
@@ -62,6 +86,8 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
             "raw = COPY .. FROM STDIN (text format) of the same edges into `following` and then `follower` of a fresh database, \
              one connection, no outbox, no events"
                 .into(),
+            format!("cores used during the import: {}", cpu.describe()),
+            format!("cores used during the import with the broker stopped: {}", cpu_held.describe()),
             format!(
                 "counters: {} users read, {} mismatches (a verify of counters only, started at lag 0)",
                 report.users_checked,
@@ -70,14 +96,13 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
         ],
     );
     summarize("ImportFollows (vs COPY into both tables)", summary.edges_per_sec, copy_rate, "edges/s", ">= 50,000 edges/s");
+    summarize("ImportFollows, broker stopped for the import", held.edges_per_sec, copy_rate, "edges/s", "the import path alone");
     summarize("end of import -> lag 0", lag0, 0.0, "s", "<= 60 s");
     summarize("end of import -> all counters correct", correct, 0.0, "s", "<= 60 s");
     anyhow::ensure!(report.total_mismatches() == 0, "counters disagree with the file: {:#?}", report.mismatches);
     Ok(())
 }
 
-/// COPY of the graph's edges into `following` and `follower` of a fresh test database;
-/// returns edges/s over both COPYs.
 /// The CLI's view of `mesh`, with the admin token.
 pub(crate) fn endpoints(mesh: &Mesh) -> Endpoints {
     Endpoints {
@@ -89,6 +114,8 @@ pub(crate) fn endpoints(mesh: &Mesh) -> Endpoints {
     }
 }
 
+/// COPY of the graph's edges into `following` and `follower` of a fresh test database;
+/// returns edges/s over both COPYs.
 async fn copy_baseline(graph: &FollowGraph) -> anyhow::Result<f64> {
     let db = TestDb::create(Backend::Postgres).await?;
     let mut text = String::with_capacity(graph.edges.len() * 40);
@@ -108,4 +135,40 @@ async fn copy_baseline(graph: &FollowGraph) -> anyhow::Result<f64> {
     drop(conn);
     db.drop_db().await?;
     Ok(rate)
+}
+
+/// CPU seconds used so far by the broker, PostgreSQL and this process, and when.
+struct Cpu {
+    broker: f64,
+    postgres: f64,
+    process: f64,
+    at: Instant,
+}
+
+impl Cpu {
+    fn now() -> Self {
+        let broker = broker_pid().map_or(0, |p| cpu_ticks(&p.to_string()));
+        Self {
+            broker: broker as f64 / TICKS_PER_SEC,
+            postgres: postgres_ticks() as f64 / TICKS_PER_SEC,
+            process: cpu_ticks("self") as f64 / TICKS_PER_SEC,
+            at: Instant::now(),
+        }
+    }
+
+    /// The cores each used from `start` to `self`.
+    fn since(&self, start: &Self) -> Cores {
+        let secs = self.at.duration_since(start.at).as_secs_f64().max(1e-9);
+        Cores([self.broker - start.broker, self.postgres - start.postgres, self.process - start.process].map(|c| c / secs))
+    }
+}
+
+/// Cores used over a run by the broker, PostgreSQL and this process.
+struct Cores([f64; 3]);
+
+impl Cores {
+    fn describe(&self) -> String {
+        let [broker, postgres, process] = self.0;
+        format!("broker {broker:.2}, PostgreSQL {postgres:.2}, this process (the services and the loader) {process:.2}")
+    }
 }

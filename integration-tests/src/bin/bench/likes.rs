@@ -68,7 +68,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     progress("Like RPC again with the broker stopped for the run (SIGSTOP, then SIGCONT)");
     let cpu_held = held::Cpu::now(&mut conn).await?;
     let held = {
-        let _held = held::Broker::stop()?;
+        let _held = crate::backends::Broker::stop()?;
         like_run(a, &clients, &pairs, "photo").await
     };
     let cpu_held = held::Cpu::now(&mut conn).await?.since(&cpu_held);
@@ -254,7 +254,7 @@ struct LikeResults {
     produce: Run,
 }
 
-/// The Like run on other entities with the broker stopped ([`held::Broker`]).
+/// The Like run on other entities with the broker stopped ([`crate::backends::Broker`]).
 struct Held {
     run: Run,
     /// Cores used during it.

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
 
-use crate::idle::{broker_pid, cpu_ticks};
+use crate::backends::{TICKS_PER_SEC, broker_pid, cpu_ticks};
 
 /// CPU seconds used so far by the broker, the counter Redis and this process (which hosts the
 /// services and the bench's clients), and when they were read.
@@ -17,8 +17,6 @@ pub(crate) struct Cpu {
     process: f64,
     at: Instant,
 }
-
-const TICKS_PER_SEC: f64 = 100.0;
 
 impl Cpu {
     /// Reads the three now; the broker counts 0 when no broker process is found.
@@ -75,34 +73,4 @@ impl Cores {
             us(self.process)
         )
     }
-}
-
-/// The broker stopped until this is dropped, so that a failed run still lets it go.
-pub(crate) struct Broker(u32);
-
-impl Broker {
-    /// Stops the broker of the tests (`SG_TEST_KAFKA`).
-    ///
-    /// # Errors
-    /// No broker process found, or `kill` failed.
-    pub(crate) fn stop() -> anyhow::Result<Self> {
-        let Some(pid) = broker_pid() else { anyhow::bail!("no broker process (tansu) found: run `make deps`") };
-        signal(pid, "STOP")?;
-        Ok(Self(pid))
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Err(e) = signal(self.0, "CONT") {
-            eprintln!("the broker (pid {}) could not be let go: {e}; run `kill -CONT {}`", self.0, self.0);
-        }
-    }
-}
-
-/// Sends `SIG<name>` to `pid` with kill(1).
-fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
-    let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status()?;
-    anyhow::ensure!(status.success(), "kill -{name} {pid}: {status}");
-    Ok(())
 }
