@@ -41,8 +41,10 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     let end = Instant::now();
     let cpu = Cpu::now().since(&cpu);
     progress("waiting for the outbox to empty and every consumer to reach lag 0");
+    let catch_up = Cpu::now();
     mesh.settle(CATCH_UP).await?;
     let lag0 = end.elapsed().as_secs_f64();
+    let catch_up = Cpu::now().since(&catch_up);
     progress("reading every user's counters until all agree with the file");
     let opts = VerifyOptions { sample_users: 0, sample_pairs: 0, wait: CATCH_UP, ..VerifyOptions::default() };
     let report = verify(&endpoints, &graph, &opts).await?;
@@ -88,6 +90,7 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
                 .into(),
             format!("cores used during the import: {}", cpu.describe()),
             format!("cores used during the import with the broker stopped: {}", cpu_held.describe()),
+            format!("cores used from the import's end to lag 0: {}", catch_up.describe()),
             format!(
                 "counters: {} users read, {} mismatches (a verify of counters only, started at lag 0)",
                 report.users_checked,
