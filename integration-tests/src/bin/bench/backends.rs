@@ -2,7 +2,7 @@
 //! broker, the broker's process (its pid, its CPU, stopping it for a run), the bench's own
 //! Redis keys, Redis memory figures and `redis-benchmark` runs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rskafka::client::Client;
@@ -172,4 +172,68 @@ fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
     let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status()?;
     anyhow::ensure!(status.success(), "kill -{name} {pid}: {status}");
     Ok(())
+}
+
+/// CPU seconds used so far by the broker, one store beside it (the counter Redis or
+/// PostgreSQL) and this process (which hosts the services and the bench's clients), and when
+/// they were read. The broker counts 0 when no broker process is found.
+pub(crate) struct Cpu {
+    broker: f64,
+    store: f64,
+    store_name: &'static str,
+    process: f64,
+    at: Instant,
+}
+
+impl Cpu {
+    /// The store is the Redis behind `conn`: `used_cpu_sys` + `used_cpu_user` of `INFO cpu`.
+    pub(crate) async fn with_redis(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<Self> {
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+        // The `_children` and `_main_thread` lines are other counts.
+        let secs = info
+            .lines()
+            .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum();
+        Ok(Self::read(secs, "Redis"))
+    }
+
+    /// The store is PostgreSQL: every process of its ([`postgres_ticks`]).
+    pub(crate) fn with_postgres() -> Self {
+        Self::read(postgres_ticks() as f64 / TICKS_PER_SEC, "PostgreSQL")
+    }
+
+    fn read(store: f64, store_name: &'static str) -> Self {
+        let broker = broker_pid().map_or(0, |p| cpu_ticks(&p.to_string()));
+        Self { broker: broker as f64 / TICKS_PER_SEC, store, store_name, process: cpu_ticks("self") as f64 / TICKS_PER_SEC, at: Instant::now() }
+    }
+
+    /// The cores each used from `start` to `self`.
+    pub(crate) fn since(&self, start: &Self) -> Cores {
+        let secs = self.at.duration_since(start.at).as_secs_f64().max(1e-9);
+        Cores {
+            broker: (self.broker - start.broker) / secs,
+            store: (self.store - start.store) / secs,
+            store_name: self.store_name,
+            process: (self.process - start.process) / secs,
+        }
+    }
+}
+
+/// Cores used over a run by the broker, the store and this process ([`Cpu::since`]).
+pub(crate) struct Cores {
+    pub(crate) broker: f64,
+    pub(crate) store: f64,
+    store_name: &'static str,
+    pub(crate) process: f64,
+}
+
+impl Cores {
+    /// "broker B cores, <store> S, this process (the services and the clients) P".
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "broker {:.2} cores, {} {:.2}, this process (the services and the clients) {:.2}",
+            self.broker, self.store_name, self.store, self.process
+        )
+    }
 }

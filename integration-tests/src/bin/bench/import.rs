@@ -17,7 +17,7 @@ use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh};
 use socialgraph_testkit::{Backend, TestDb};
 
 use crate::ImportArgs;
-use crate::backends::{Broker, TICKS_PER_SEC, broker_pid, cpu_ticks, postgres_ticks};
+use crate::backends::{Broker, Cpu};
 use crate::report::{header, print_table, progress, row, summarize};
 
 /// Longest wait for lag 0 and for the counters.
@@ -36,15 +36,15 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     progress(&format!("ImportFollows of {edges} edges ({} users) into the mesh", graph.users.len()));
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let endpoints = endpoints(&mesh);
-    let cpu = Cpu::now();
+    let cpu = Cpu::with_postgres();
     let summary = load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     let end = Instant::now();
-    let cpu = Cpu::now().since(&cpu);
+    let cpu = Cpu::with_postgres().since(&cpu);
     progress("waiting for the outbox to empty and every consumer to reach lag 0");
-    let catch_up = Cpu::now();
+    let catch_up = Cpu::with_postgres();
     mesh.settle(CATCH_UP).await?;
     let lag0 = end.elapsed().as_secs_f64();
-    let catch_up = Cpu::now().since(&catch_up);
+    let catch_up = Cpu::with_postgres().since(&catch_up);
     progress("reading every user's counters until all agree with the file");
     let opts = VerifyOptions { sample_users: 0, sample_pairs: 0, wait: CATCH_UP, ..VerifyOptions::default() };
     let report = verify(&endpoints, &graph, &opts).await?;
@@ -55,9 +55,9 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let (held, cpu_held) = {
         let _stopped = Broker::stop()?;
-        let cpu = Cpu::now();
+        let cpu = Cpu::with_postgres();
         let held = load_follows(&self::endpoints(&mesh), &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
-        (held, Cpu::now().since(&cpu))
+        (held, Cpu::with_postgres().since(&cpu))
     };
     anyhow::ensure!(
         held.edges_loaded == summary.edges_loaded,
@@ -138,40 +138,4 @@ async fn copy_baseline(graph: &FollowGraph) -> anyhow::Result<f64> {
     drop(conn);
     db.drop_db().await?;
     Ok(rate)
-}
-
-/// CPU seconds used so far by the broker, PostgreSQL and this process, and when.
-struct Cpu {
-    broker: f64,
-    postgres: f64,
-    process: f64,
-    at: Instant,
-}
-
-impl Cpu {
-    fn now() -> Self {
-        let broker = broker_pid().map_or(0, |p| cpu_ticks(&p.to_string()));
-        Self {
-            broker: broker as f64 / TICKS_PER_SEC,
-            postgres: postgres_ticks() as f64 / TICKS_PER_SEC,
-            process: cpu_ticks("self") as f64 / TICKS_PER_SEC,
-            at: Instant::now(),
-        }
-    }
-
-    /// The cores each used from `start` to `self`.
-    fn since(&self, start: &Self) -> Cores {
-        let secs = self.at.duration_since(start.at).as_secs_f64().max(1e-9);
-        Cores([self.broker - start.broker, self.postgres - start.postgres, self.process - start.process].map(|c| c / secs))
-    }
-}
-
-/// Cores used over a run by the broker, PostgreSQL and this process.
-struct Cores([f64; 3]);
-
-impl Cores {
-    fn describe(&self) -> String {
-        let [broker, postgres, process] = self.0;
-        format!("broker {broker:.2}, PostgreSQL {postgres:.2}, this process (the services and the loader) {process:.2}")
-    }
 }

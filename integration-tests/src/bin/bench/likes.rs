@@ -3,7 +3,6 @@
 //! on MovieLens (the other densities are in the memory part).
 
 pub(crate) mod density;
-mod held;
 mod movielens;
 
 use std::collections::{BTreeMap, HashSet};
@@ -21,7 +20,9 @@ use socialgraph_proto::counter::v1::{BatchGetEntityCountsRequest, EntityRef, Lik
 use tonic::transport::Channel;
 
 use crate::LikesArgs;
-use crate::backends::{PARTITIONS, RedisBench, bench_prefix, bench_redis, create_topic, delete_prefix, kafka, partition_clients, redis_benchmark};
+use crate::backends::{
+    Cores, Cpu, PARTITIONS, RedisBench, bench_prefix, bench_redis, create_topic, delete_prefix, kafka, partition_clients, redis_benchmark,
+};
 use crate::counters::counter_clients;
 use crate::load::{closed_loop, mix};
 use crate::report::{Run, header, print_table, progress, row, summarize};
@@ -55,9 +56,9 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     let pairs = Arc::new(like_pairs(a));
     let mut conn = bench_redis().await?;
     progress(&format!("Like RPC, concurrency {}, up to {} s", a.concurrency, a.secs));
-    let cpu = held::Cpu::now(&mut conn).await?;
+    let cpu = Cpu::with_redis(&mut conn).await?;
     let like = like_run(a, &clients, &pairs, "post").await;
-    let cpu = held::Cpu::now(&mut conn).await?.since(&cpu);
+    let cpu = Cpu::with_redis(&mut conn).await?.since(&cpu);
     let metrics = m.counter.metrics().await.unwrap_or_default();
     let (publish_failures, relayed) = (metric(&metrics, "sg_action_publish_failures_total"), metric(&metrics, "sg_action_events_published_total"));
     let drain = std::time::Instant::now();
@@ -66,12 +67,12 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
 
     // The same on other entities with the broker held for the run: the relay publishes after.
     progress("Like RPC again with the broker stopped for the run (SIGSTOP, then SIGCONT)");
-    let cpu_held = held::Cpu::now(&mut conn).await?;
+    let cpu_held = Cpu::with_redis(&mut conn).await?;
     let held = {
         let _held = crate::backends::Broker::stop()?;
         like_run(a, &clients, &pairs, "photo").await
     };
-    let cpu_held = held::Cpu::now(&mut conn).await?.since(&cpu_held);
+    let cpu_held = Cpu::with_redis(&mut conn).await?.since(&cpu_held);
     let drain = std::time::Instant::now();
     m.likes_relayed(Duration::from_secs(300)).await?;
     let held_drained_after = drain.elapsed();
@@ -237,8 +238,8 @@ async fn produce_singles(a: &LikesArgs) -> anyhow::Result<Run> {
 /// Everything the Like table shows.
 struct LikeResults {
     like: Run,
-    /// Cores used during the Like run ([`held::Cpu::since`]).
-    cpu: held::Cores,
+    /// Cores used during the Like run ([`Cpu::since`]).
+    cpu: Cores,
     /// counter-svc's `sg_action_publish_failures_total` after the Like run.
     publish_failures: f64,
     /// Like events the relay had published (broker acknowledged) when the run ended.
@@ -258,7 +259,7 @@ struct LikeResults {
 struct Held {
     run: Run,
     /// Cores used during it.
-    cpu: held::Cores,
+    cpu: Cores,
     /// From the broker's restart until every outbox was empty.
     drained_after: Duration,
 }
@@ -292,7 +293,7 @@ fn print_likes(a: &LikesArgs, r: &LikeResults) {
                     r.drained_after.as_secs_f64()
                 ),
             format!("CPU during the Like run: {}", r.cpu.describe()),
-            r.cpu.per_op(like.rate()),
+            per_like(&r.cpu, like.rate()),
             r.held.run.describe("Like RPC on other posts (entity type photo) with the broker stopped for the run")
                 + &format!("; CPU: {}; outboxes empty {:.2} s after the broker went on", r.held.cpu.describe(), r.held.drained_after.as_secs_f64()),
             "redis-benchmark EVALSHA <toggle sha> 4 <entity keys> 1 4242 <8 bytes> 1 <entry> -r 100000000 -n 200000: random \
@@ -368,4 +369,23 @@ async fn entity_counters_mget(conn: &mut redis::aio::MultiplexedConnection, a: &
 /// set.
 fn toggle_keys(k: &EntityKeys) -> Vec<String> {
     vec![k.state(), k.outbox(), k.chunk_prefix("like"), k.spill("like")]
+}
+
+/// CPU per Like at `rate` Likes/s, and the rate the same work without the broker's share would
+/// reach on this machine's cores: cores / ((Redis + this process) CPU per Like). Arithmetic on
+/// the measured CPU, not a run: it assumes the cores are the limit. On this machine the
+/// development broker shares the two cores with the services; the run with the broker stopped
+/// shows what the Like path itself reaches.
+fn per_like(cpu: &Cores, rate: f64) -> String {
+    let rate = rate.max(1e-9);
+    let us = |cores: f64| cores / rate * 1e6;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as f64;
+    let without = cores / ((cpu.store + cpu.process) / rate).max(1e-12);
+    format!(
+        "CPU per Like: broker {:.0} µs, Redis {:.0}, this process {:.0}; without the broker's share the same work \
+         would fit {without:.0}/s on {cores} cores (arithmetic, not a run)",
+        us(cpu.broker),
+        us(cpu.store),
+        us(cpu.process)
+    )
 }
