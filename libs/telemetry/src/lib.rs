@@ -246,7 +246,7 @@ mod tests {
         let headers = headers_of(TraceState::default());
         assert_eq!(headers.keys().collect::<Vec<_>>(), ["traceparent"]);
         assert_eq!(headers["traceparent"], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-        let back = TraceContextPropagator::new().extract(&headers.clone().into_iter().collect::<HashMap<_, _>>());
+        let back = TraceContextPropagator::new().extract(&headers.into_iter().collect::<HashMap<_, _>>());
         assert_eq!(back.span().span_context().trace_state().header(), "");
         assert!(back.span().span_context().is_valid());
     }

@@ -21,7 +21,7 @@ use tonic::transport::Channel;
 
 use crate::LikesArgs;
 use crate::backends::{
-    Cores, Cpu, PARTITIONS, RedisBench, bench_prefix, bench_redis, create_topic, delete_prefix, kafka, partition_clients, redis_benchmark,
+    Broker, Cores, Cpu, PARTITIONS, RedisBench, bench_prefix, bench_redis, create_topic, delete_prefix, kafka, partition_clients, redis_benchmark,
 };
 use crate::counters::counter_clients;
 use crate::load::{closed_loop, mix};
@@ -69,7 +69,7 @@ async fn likes_in(m: &Mesh, a: &LikesArgs, bp: &str) -> anyhow::Result<()> {
     progress("Like RPC again with the broker stopped for the run (SIGSTOP, then SIGCONT)");
     let cpu_held = Cpu::with_redis(&mut conn).await?;
     let held = {
-        let _held = crate::backends::Broker::stop()?;
+        let _held = Broker::stop()?;
         like_run(a, &clients, &pairs, "photo").await
     };
     let cpu_held = Cpu::with_redis(&mut conn).await?.since(&cpu_held);
@@ -255,7 +255,7 @@ struct LikeResults {
     produce: Run,
 }
 
-/// The Like run on other entities with the broker stopped ([`crate::backends::Broker`]).
+/// The Like run on other entities with the broker stopped ([`Broker`]).
 struct Held {
     run: Run,
     /// Cores used during it.
