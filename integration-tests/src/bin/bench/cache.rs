@@ -7,7 +7,8 @@
 //! the cache Redis (ZREVRANGE, ZMSCORE on the same sorted sets) and on PostgreSQL; the cold
 //! rows again on instances with other fill settings (`cache.fill_after_misses` 2, one fill
 //! slot, no `cache.fill_rows_per_sec` budget, a budget of 5,000, and the defaults once more,
-//! measured last).
+//! measured last); and warm BatchGetRelationships(100) from 32 callers for `--secs`, beside
+//! ZMSCORE and a bare tonic server doing it ([`crate::cache_throughput`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -169,6 +170,9 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     let page_warm = timed(a.reads, none, |i| page(&client, users[i])).await?;
     let batch_warm = timed(a.reads, none, |i| batch(&client, users[i], others[i].clone())).await?;
     let after = mesh.relation.metrics().await?;
+    let set_keys: Vec<String> = users.iter().map(|u| keys.following(*u)).collect();
+    let reads = crate::cache_throughput::Reads { set_keys: &set_keys, users: &users, others: &others };
+    let throughput = crate::cache_throughput::run(&mesh.relation, &cache_conn, &cache.url, reads, a.secs).await?;
     let evict = |i: usize| {
         let (mut conn, k) = (cache_conn.clone(), [keys.following(users[i]), keys.following_versions(users[i])]);
         async move {
@@ -232,7 +236,6 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     let pool = mesh.db.conn.get_postgres_connection_pool().clone();
     let (raw_page_redis, raw_batch_redis, raw_page_pg, raw_batch_pg) =
         crate::raw::baselines(&cache_conn, &pool, &keys, true, &users, &others).await?;
-    let set_keys: Vec<String> = users.iter().map(|u| keys.following(*u)).collect();
     progress("the floor: a bare tonic server doing the same raw reads");
     let stores = crate::floor::Stores { cache: &cache, db_url: mesh.db.url.clone(), db_pool: mesh.relation_config().database.max_connections };
     let floor_rows = crate::floor::cache_rows(stores, &cache_conn, &pool, &users, &set_keys).await?;
@@ -326,6 +329,13 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
         &["about the best ratio a gRPC read of each kind reaches on this machine; compare the first row with the services' health check above"
             .into()],
     );
+    print_table(
+        &format!("warm BatchGetRelationships(100), throughput: {} s per run", a.secs),
+        "socialgraph (gRPC)",
+        "raw",
+        &throughput.rows(),
+        &throughput.notes(),
+    );
     followers.report(&path, graph.edges.len(), a.reads);
     joins.report(a.reads);
     match &falkor {
@@ -343,6 +353,13 @@ pub(crate) async fn run(a: &CacheArgs) -> anyhow::Result<()> {
     }
     summarize("following page, warm cache: p99 (vs raw ZREVRANGE)", ms(&page_warm, 0.99), ms(&raw_page_redis, 0.99), "ms", "<= 3x raw Redis");
     summarize("BatchGetRelationships(100), warm: p99 (vs raw ZMSCORE)", ms(&batch_warm, 0.99), ms(&raw_batch_redis, 0.99), "ms", "<= 3x raw Redis");
+    summarize(
+        "BatchGetRelationships(100), warm, 32 callers: reads/s (vs raw ZMSCORE)",
+        throughput.svc.run.rate(),
+        throughput.raw.run.rate(),
+        "/s",
+        "no target (the floor: bare tonic + ZMSCORE)",
+    );
     summarize("following page, cold cache: p99 (vs raw PostgreSQL)", ms(&page_cold, 0.99), ms(&raw_page_pg, 0.99), "ms", "<= 2x raw PostgreSQL");
     for (label, bare, raw) in &floor_rows[1..] {
         summarize(format!("floor: {label}: p99"), ms(bare, 0.99), ms(raw, 0.99), "ms", "about the least a gRPC read reaches");

@@ -19,6 +19,7 @@ mod backends;
 mod cache;
 mod cache_followers;
 mod cache_joins;
+mod cache_throughput;
 mod counters;
 mod falkordb;
 mod feeds;
@@ -175,6 +176,9 @@ struct CacheArgs {
     /// Reads per measured row.
     #[arg(long, default_value_t = 2_000)]
     reads: usize,
+    /// Seconds of each throughput run (warm BatchGetRelationships, ZMSCORE, the bare server).
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
     /// A FalkorDB to run the same warm reads on (`redis://127.0.0.1:6390`, started by
     /// scripts/falkordb.sh); empty: not measured.
     #[arg(long, env = "SG_BENCH_FALKORDB_URL", default_value = "")]
