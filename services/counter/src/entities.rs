@@ -71,16 +71,17 @@ pub fn action_event(
     (event, socialgraph_events::headers::event_headers("socialgraph.events.v1.ActionEvent"))
 }
 
-/// Validates an entity reference, naming fields under `path` (e.g. `entity`, `entities[3]`).
-pub fn validate_entity(path: &str, e: Option<&pb::EntityRef>) -> Vec<Violation> {
+/// Validates an entity reference, naming fields under `path` (e.g. `entity`, `entities[3]`),
+/// which is formatted only for a violation (a batch of good entities formats no paths).
+pub fn validate_entity(path: &dyn std::fmt::Display, e: Option<&pb::EntityRef>) -> Vec<Violation> {
     let Some(e) = e else {
-        return vec![Violation::new(path, "is required")];
+        return vec![Violation::new(path.to_string(), "is required")];
     };
     let mut bad = Vec::new();
     if !valid_entity_type(&e.entity_type) {
         bad.push(Violation::new(format!("{path}.entity_type"), "must be 1..64 bytes of [a-z0-9_]"));
     }
-    bad.extend(validate_user_id(&format!("{path}.entity_id"), e.entity_id).err());
+    bad.extend(validate_user_id("", e.entity_id).err().map(|v| v.on(format!("{path}.entity_id"))));
     bad
 }
 
@@ -89,7 +90,7 @@ pub fn validate_entity(path: &str, e: Option<&pb::EntityRef>) -> Vec<Violation> 
 /// # Errors
 /// INVALID_ARGUMENT with the field violations.
 pub fn validate_entity_ref(path: &str, e: &pb::EntityRef) -> ApiResult<()> {
-    let bad = validate_entity(path, Some(e));
+    let bad = validate_entity(&path, Some(e));
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
 }
 
@@ -99,7 +100,7 @@ pub fn validate_entity_ref(path: &str, e: &pb::EntityRef) -> ApiResult<()> {
 /// INVALID_ARGUMENT with the field violations (actor_id, entity, owner_id).
 pub fn validate_toggle(actor_id: i64, entity: Option<&pb::EntityRef>, owner_id: i64) -> ApiResult<&pb::EntityRef> {
     let mut bad: Vec<Violation> = validate_user_id("actor_id", actor_id).err().into_iter().collect();
-    bad.extend(validate_entity("entity", entity));
+    bad.extend(validate_entity(&"entity", entity));
     if owner_id < 0 {
         bad.push(Violation::new("owner_id", "must be >= 0 (0 = unknown)"));
     }
@@ -120,8 +121,7 @@ pub fn validate_counts(entities: &[pb::EntityRef], metrics: &[i32], field: &str)
         bad.push(Violation::new(field, format!("must hold 1..={MAX_BATCH} entities, got {}", entities.len())));
     }
     for (i, e) in entities.iter().enumerate() {
-        let path = if field == "entities" { format!("entities[{i}]") } else { field.to_owned() };
-        bad.extend(validate_entity(&path, Some(e)));
+        bad.extend(if field == "entities" { validate_entity(&format_args!("entities[{i}]"), Some(e)) } else { validate_entity(&field, Some(e)) });
     }
     let wanted: Vec<Metric> =
         if metrics.is_empty() { vec![LIKE, FAV] } else { metrics.iter().map(|m| Metric::try_from(*m).unwrap_or(Metric::Unspecified)).collect() };
