@@ -57,11 +57,6 @@ pub(crate) struct Reads<'a> {
     pub others: &'a [Vec<i64>],
 }
 
-/// 8-byte big-endian members, as the cached sets hold them.
-fn members(ids: &[i64]) -> Vec<Vec<u8>> {
-    ids.iter().map(|o| o.to_be_bytes().to_vec()).collect()
-}
-
 /// Runs `f` between two CPU readings of the cache Redis behind `conn` and this process.
 async fn measured<F: std::future::Future<Output = anyhow::Result<Run>>>(conn: &MultiplexedConnection, f: F) -> anyhow::Result<Measured> {
     let mut c = conn.clone();
@@ -80,7 +75,8 @@ pub(crate) async fn run(svc: &Svc, conn: &MultiplexedConnection, cache_url: &str
     progress(&format!("throughput: warm BatchGetRelationships(100) from {CALLERS} callers, {secs} s, beside ZMSCORE and the bare server"));
     let n = reads.users.len();
     let asked: Arc<Vec<(i64, Vec<i64>)>> = Arc::new(reads.users.iter().copied().zip(reads.others.iter().cloned()).collect());
-    let raw_args: Arc<Vec<(String, Vec<Vec<u8>>)>> = Arc::new(reads.set_keys.iter().cloned().zip(reads.others.iter().map(|o| members(o))).collect());
+    let raw_args: Arc<Vec<(String, Vec<Vec<u8>>)>> =
+        Arc::new(reads.set_keys.iter().cloned().zip(reads.others.iter().map(|o| crate::raw::members(o))).collect());
     let time = Duration::from_secs(secs);
 
     let clients: Vec<_> = channels(svc, CHANNELS).await?.into_iter().map(RelationServiceClient::new).collect();

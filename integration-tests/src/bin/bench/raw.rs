@@ -26,11 +26,16 @@ pub(crate) async fn pages(conn: &MultiplexedConnection, keys: &[String]) -> anyh
     .await
 }
 
+/// `ids` as the cached sorted sets hold them: 8-byte big-endian members.
+pub(crate) fn members(ids: &[i64]) -> Vec<Vec<u8>> {
+    ids.iter().map(|o| o.to_be_bytes().to_vec()).collect()
+}
+
 /// `ZMSCORE key ids…` on each of `keys` with the ids of the same index (8-byte members).
 pub(crate) async fn scores(conn: &MultiplexedConnection, keys: &[String], ids: &[Vec<i64>]) -> anyhow::Result<Hist> {
     timed(keys.len(), none, |i| {
         let (mut conn, key) = (conn.clone(), keys[i].clone());
-        let members: Vec<Vec<u8>> = ids[i].iter().map(|o| o.to_be_bytes().to_vec()).collect();
+        let members = members(&ids[i]);
         async move {
             let _: Vec<Option<f64>> = redis::cmd("ZMSCORE").arg(key).arg(members).query_async(&mut conn).await?;
             anyhow::Ok(())
