@@ -327,7 +327,7 @@ async fn bad_input_gets_invalid_argument_with_field_violations() -> anyhow::Resu
     let e = c.import_follows(admin(futures::stream::iter([bad_import.clone()]))).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["edges[0].followee_id".to_owned()]));
     let e = c.import_follows(futures::stream::iter([bad_import])).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unauthenticated);
+    assert_eq!((e.code(), reason(&e)), (Code::Unauthenticated, "CREDENTIALS_MISSING".to_owned()));
     // Follow times outside google.protobuf.Timestamp's range are refused, not stored.
     let at = |seconds, nanos| Some(prost_types::Timestamp { seconds, nanos });
     let bad_times = ImportFollowsRequest {
@@ -348,7 +348,8 @@ async fn bad_input_gets_invalid_argument_with_field_violations() -> anyhow::Resu
     while stream.message().await?.is_some() {}
     let mut wrong = tonic::Request::new(ScanEdgesRequest::default());
     wrong.metadata_mut().insert("authorization", format!("Bearer {}", socialgraph_integration_tests::ADMIN_TOKEN.to_uppercase()).parse()?);
-    assert_eq!(c.scan_edges(wrong).await.unwrap_err().code(), Code::Unauthenticated);
+    let e = c.scan_edges(wrong).await.unwrap_err();
+    assert_eq!((e.code(), reason(&e)), (Code::Unauthenticated, "CREDENTIALS_INVALID".to_owned()));
     let e = c.scan_edges(admin(ScanEdgesRequest { page_size: 10_001, ..Default::default() })).await.unwrap_err();
     assert_eq!((e.code(), fields(&e)), (Code::InvalidArgument, vec!["page_size".to_owned()]));
     let e = c.scan_edges(ScanEdgesRequest::default()).await.unwrap_err();
@@ -360,8 +361,11 @@ async fn bad_input_gets_invalid_argument_with_field_violations() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admin_rpcs_are_refused_when_no_admin_token_is_configured() -> anyhow::Result<()> {
     let (db, svc, _) = relation_on(Backend::Postgres, |c| c.auth.admin_token = None).await?;
+    // No token can be verified: UNAUTHENTICATED, with or without credentials.
     let e = svc.client().await?.scan_edges(admin(ScanEdgesRequest::default())).await.unwrap_err();
-    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!((e.code(), reason(&e)), (Code::Unauthenticated, "ADMIN_RPCS_DISABLED".to_owned()));
+    let e = svc.client().await?.scan_edges(ScanEdgesRequest::default()).await.unwrap_err();
+    assert_eq!((e.code(), reason(&e)), (Code::Unauthenticated, "ADMIN_RPCS_DISABLED".to_owned()));
     svc.stop().await?;
     db.drop_db().await
 }

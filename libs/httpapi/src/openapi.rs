@@ -2,7 +2,7 @@
 //! operations from the `google.api.http` rules, descriptions from the proto comments, and one
 //! schema per message in the proto3 JSON mapping the gateway speaks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
 use serde_json::{Map, Value, json};
@@ -204,6 +204,36 @@ fn status_schemas(defs: &mut BTreeMap<String, Value>) {
     );
 }
 
+/// Adds the names of the messages reachable from `m` through its fields (itself included).
+fn reachable(m: &MessageDescriptor, out: &mut BTreeSet<String>) {
+    if out.insert(m.full_name().to_owned()) {
+        for f in m.fields() {
+            if let Kind::Message(inner) = f.kind() {
+                reachable(&inner, out);
+            }
+        }
+    }
+}
+
+/// Marks the fields without presence (scalars, enums, repeated fields, maps) `required` in the
+/// schema of every message that only responses carry: the gateway prints them at their zero
+/// values too, so a client may rely on each being there. Messages that requests carry as well
+/// are left as they are (a request may leave any field out).
+fn require_always_printed(routes: &[Route], defs: &mut BTreeMap<String, Value>) {
+    let mut in_requests = BTreeSet::new();
+    for route in routes {
+        reachable(&route.rpc.input(), &mut in_requests);
+    }
+    let Some(pool) = routes.first().map(|r| r.rpc.parent_pool().clone()) else { return };
+    for (name, schema) in defs.iter_mut().filter(|(name, _)| !in_requests.contains(*name)) {
+        let Some(m) = pool.get_message_by_name(name) else { continue };
+        let required: Vec<String> = m.fields().filter(|f| !f.supports_presence()).map(|f| f.json_name().to_owned()).collect();
+        if !required.is_empty() {
+            schema["required"] = json!(required);
+        }
+    }
+}
+
 /// The OpenAPI 3.0.3 document of `routes` (paths in route order, schemas by full message name),
 /// as pretty JSON ending in a newline. Deterministic: the same proto gives the same bytes.
 pub fn document(routes: &[Route]) -> String {
@@ -214,12 +244,13 @@ pub fn document(routes: &[Route]) -> String {
         let op = operation(route, &mut defs);
         paths.entry(openapi_path(&route.template)).or_default().insert(route.method.to_ascii_lowercase(), op);
     }
+    require_always_printed(routes, &mut defs);
     let doc = json!({
         "openapi": "3.0.3",
         "info": {
             "title": "socialgraph HTTP/JSON API",
             "version": "v1",
-            "description": "Every public RPC of relation-svc, projection-svc and counter-svc as an HTTP route, generated from the google.api.http annotations of the proto. JSON follows the proto3 JSON mapping: int64 as strings, Timestamps as RFC 3339, enums by name, default values omitted. Errors are google.rpc.Status with the HTTP status of the standard gRPC mapping."
+            "description": "Every public RPC of relation-svc, projection-svc, counter-svc and message-svc as an HTTP route (Subscribe, a server stream, excepted), generated from the google.api.http annotations of the proto. JSON follows the proto3 JSON mapping: int64 as strings, Timestamps as RFC 3339, enums by name. Responses print every field without presence (numbers, strings, booleans, enums, lists, maps) even at its zero value (`\"0\"`, `0`, `false`, `\"\"`, `[]`), so those fields are `required` in response schemas; message-typed fields appear only when set. Requests may leave any field out. Errors are google.rpc.Status with the HTTP status of the standard gRPC mapping."
         },
         "paths": paths,
         "components": {"schemas": defs}
@@ -247,6 +278,12 @@ mod tests {
         let counts = &doc["paths"]["/v1/entities/{entity_type}/{entity_id}/counts"]["get"]["parameters"];
         assert_eq!(counts[0]["name"], "entity_type", "a nested path variable is named by its last field");
         assert_eq!(counts[2]["name"], "metrics");
+        let counters = &doc["components"]["schemas"]["socialgraph.counter.v1.UserCounters"]["required"];
+        assert_eq!(counters, &json!(["userId", "followings", "followers", "posts", "likesReceived", "favsReceived"]), "responses always print them");
+        let relationship = &doc["components"]["schemas"]["socialgraph.relation.v1.Relationship"]["required"];
+        assert!(relationship.as_array().is_some_and(|r| r.contains(&json!("blockedBy")) && !r.contains(&json!("followedAt"))), "{relationship}");
+        let import = &doc["components"]["schemas"]["socialgraph.relation.v1.FollowRequest"];
+        assert!(import.get("required").is_none(), "a request may leave fields out");
         assert_eq!(counts[2]["schema"]["type"], "array");
         let batch = &doc["paths"]["/v1/users/{user_id}/relationships:batchGet"]["post"];
         let props = &batch["requestBody"]["content"]["application/json"]["schema"]["properties"];

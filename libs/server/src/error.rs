@@ -29,12 +29,21 @@ pub const REASON_BROKER: &str = "BROKER_UNAVAILABLE";
 /// connection or a busy database (see `socialgraph_storage::is_unavailable` and
 /// `is_retryable`), INTERNAL for everything else. The driver's text is logged, never returned.
 pub fn db_error(e: sea_orm::DbErr) -> ApiError {
-    if socialgraph_storage::is_unavailable(&e) || socialgraph_storage::is_retryable(&e) {
+    db_unavailable(&e).unwrap_or_else(|| ApiError::internal(e))
+}
+
+/// [`db_error`] of one failed read whose error several callers share (identical reads in
+/// flight answered by one): each gets the same status.
+pub fn shared_db_error(e: &sea_orm::DbErr) -> ApiError {
+    db_unavailable(e).unwrap_or_else(|| ApiError::internal(std::io::Error::other(e.to_string())))
+}
+
+/// UNAVAILABLE (logged) when `e` says the database is down or a retry may succeed.
+fn db_unavailable(e: &sea_orm::DbErr) -> Option<ApiError> {
+    (socialgraph_storage::is_unavailable(e) || socialgraph_storage::is_retryable(e)).then(|| {
         tracing::warn!(error = %e, "database unavailable");
         ApiError::unavailable(REASON_DATABASE, "database unavailable; retry")
-    } else {
-        ApiError::internal(e)
-    }
+    })
 }
 
 /// A result of the RPC layer.
@@ -71,12 +80,26 @@ pub enum ApiError {
         /// When a retry can succeed.
         retry_after: Duration,
     },
-    /// Credentials are missing or wrong.
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// The call is not allowed (e.g. admin RPCs with no admin token configured).
-    #[error("{0}")]
-    PermissionDenied(String),
+    /// The call needs credentials the request does not carry, or carries but they cannot be
+    /// verified: UNAUTHENTICATED with ErrorInfo `reason` (one of the `REASON_CREDENTIALS_*`
+    /// constants). gRPC's rule: no or unverifiable credentials are UNAUTHENTICATED; a known
+    /// caller refused a method or resource is PERMISSION_DENIED ([`ApiError::Forbidden`]).
+    #[error("{message}")]
+    Unauthenticated {
+        /// Stable machine-readable reason.
+        reason: &'static str,
+        /// For a person; never names the expected credentials.
+        message: String,
+    },
+    /// The resource the request names does not exist (e.g. a message id): NOT_FOUND with
+    /// ErrorInfo `reason`.
+    #[error("{message}")]
+    NotFound {
+        /// Stable machine-readable reason, e.g. UNKNOWN_MESSAGE.
+        reason: &'static str,
+        /// For a person.
+        message: String,
+    },
     /// The caller may not do this to this resource (e.g. read a conversation it is not a
     /// member of): PERMISSION_DENIED with ErrorInfo `reason`.
     #[error("{message}")]
@@ -169,8 +192,14 @@ impl From<ApiError> for Status {
                 d.set_retry_info(Some(retry_after));
                 Code::ResourceExhausted
             }
-            ApiError::Unauthenticated(_) => Code::Unauthenticated,
-            ApiError::PermissionDenied(_) => Code::PermissionDenied,
+            ApiError::Unauthenticated { reason, .. } => {
+                d.set_error_info(reason, DOMAIN, HashMap::new());
+                Code::Unauthenticated
+            }
+            ApiError::NotFound { reason, .. } => {
+                d.set_error_info(reason, DOMAIN, HashMap::new());
+                Code::NotFound
+            }
             ApiError::Forbidden { reason, .. } => {
                 d.set_error_info(reason, DOMAIN, HashMap::new());
                 Code::PermissionDenied

@@ -26,7 +26,9 @@ pub use cache_fill::spawn_fill;
 pub use config::{
     AuthSettings, CacheSettings, DEFAULT_FILL_ROWS_PER_SEC, DatabaseSettings, KafkaSettings, RedisSettings, ServerSettings, load_config,
 };
-pub use error::{ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of};
+pub use error::{
+    ApiError, ApiResult, DOMAIN, REASON_BROKER, REASON_DATABASE, REASON_PEER, REASON_RATE_LIMITER, REASON_REDIS, db_error, reason_of, shared_db_error,
+};
 pub use red::RpcMetrics;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;

@@ -76,7 +76,21 @@ pub fn from_status(status: &tonic::Status, status_desc: &MessageDescriptor) -> R
     }
     let reason = status.get_details_error_info().map(|e| e.reason);
     let retry_after = status.get_details_retry_info().and_then(|r| r.retry_delay).map(|d| d.as_secs_f64().ceil().max(1.0) as u64);
-    json_response(http_status(status.code(), reason.as_deref()), status_json(status, status_desc), retry_after)
+    let mut response = json_response(http_status(status.code(), reason.as_deref()), status_json(status, status_desc), retry_after);
+    if status.code() == Code::Unauthenticated {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, www_authenticate(reason.as_deref()));
+    }
+    response
+}
+
+/// The challenge of a 401 answer (RFC 7235 §4.1 requires one): the bearer scheme, with RFC 6750's
+/// `invalid_token` when a token was sent and refused.
+fn www_authenticate(reason: Option<&str>) -> HeaderValue {
+    if reason == Some("CREDENTIALS_INVALID") {
+        HeaderValue::from_static("Bearer realm=\"socialgraph\", error=\"invalid_token\"")
+    } else {
+        HeaderValue::from_static("Bearer realm=\"socialgraph\"")
+    }
 }
 
 /// A google.rpc.Status body in proto field order (code, message, details), as the services'

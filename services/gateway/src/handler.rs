@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use prost::Message;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 use socialgraph_httpapi::Route;
 use tonic::Code;
 use tracing::Instrument;
@@ -78,7 +78,7 @@ impl Gateway {
         let mut routes = socialgraph_httpapi::routes(pool)?;
         routes.sort_by_key(|r| std::cmp::Reverse(r.template.literal_count()));
         for r in &routes {
-            anyhow::ensure!(upstreams.for_service(r.rpc.parent_service().full_name()).is_some(), "no upstream serves {}", r.label());
+            anyhow::ensure!(Upstreams::knows(r.rpc.parent_service().full_name()), "no upstream serves {}", r.label());
         }
         let status_desc = pool.get_message_by_name("google.rpc.Status").ok_or_else(|| anyhow::anyhow!("descriptors lack google.rpc.Status"))?;
         Ok(Self {
@@ -295,7 +295,7 @@ async fn call(
     let mut response = match answer {
         Err(_) => timed_out(),
         Ok(Ok(bytes)) => match DynamicMessage::decode(route.rpc.output(), bytes) {
-            Ok(out) => match serde_json::to_vec(&out) {
+            Ok(out) => match response_json(&out) {
                 Ok(json) => {
                     (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from(json)).into_response()
                 }
@@ -321,6 +321,19 @@ async fn call(
     response
 }
 
+/// The proto3 JSON of a response with every field that has no presence printed at its zero
+/// value too (`0`, `"0"` for 64-bit integers, `false`, `""`, `[]`, `{}`), as protobuf's
+/// `always_print_fields_with_no_presence` option does: a JavaScript caller reads `0` or `false`,
+/// never `undefined`. Message fields, oneof members and `optional` fields appear only when set.
+///
+/// # Errors
+/// The message cannot be printed (a value JSON has no form for).
+pub fn response_json(out: &DynamicMessage) -> Result<Vec<u8>, serde_json::Error> {
+    let mut json = Vec::new();
+    out.serialize_with_options(&mut serde_json::Serializer::new(&mut json), &SerializeOptions::new().skip_default_fields(false))?;
+    Ok(json)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +356,34 @@ mod tests {
         assert!(traceparent.starts_with(&format!("00-{trace_id}-")), "{traceparent}");
         assert!(!traceparent.contains("00f067aa0ba902b7"), "the gateway's own span is the parent upstream");
         assert_eq!(md.get("grpc-timeout").and_then(|v| v.to_str().ok()), Some("3000000u"));
+    }
+    #[test]
+    fn responses_print_every_field_without_presence_even_at_zero() {
+        let pool = socialgraph_httpapi::pool().expect("descriptors");
+        let counters = pool.get_message_by_name("socialgraph.counter.v1.GetUserCountersResponse").expect("GetUserCountersResponse");
+        let mut out = DynamicMessage::new(counters.clone());
+        let mut inner = DynamicMessage::new(pool.get_message_by_name("socialgraph.counter.v1.UserCounters").expect("UserCounters"));
+        inner.set_field_by_name("user_id", prost_reflect::Value::I64(4037));
+        inner.set_field_by_name("followings", prost_reflect::Value::U64(15));
+        out.set_field_by_name("counters", prost_reflect::Value::Message(inner));
+        let json: serde_json::Value = serde_json::from_slice(&response_json(&out).expect("prints")).expect("json");
+        let c = &json["counters"];
+        assert_eq!(c["userId"], "4037");
+        assert_eq!(c["followings"], "15");
+        for zero in ["followers", "posts", "likesReceived", "favsReceived"] {
+            assert_eq!(c[zero], "0", "{zero} is printed at zero: {json}");
+        }
+        let relationship = pool.get_message_by_name("socialgraph.relation.v1.Relationship").expect("Relationship");
+        let json: serde_json::Value = serde_json::from_slice(&response_json(&DynamicMessage::new(relationship)).expect("prints")).expect("json");
+        for flag in ["following", "followedBy", "blocking", "blockedBy", "muting", "requested", "requestedBy"] {
+            assert_eq!(json[flag], false, "{flag} is printed when false: {json}");
+        }
+        // A message field has presence: unset, it stays out rather than reading as 1970.
+        assert!(json.get("followedAt").is_none(), "{json}");
+        // Repeated fields print as [] when empty.
+        let page = pool.get_message_by_name("socialgraph.relation.v1.ListFollowingResponse").expect("ListFollowingResponse");
+        let json: serde_json::Value = serde_json::from_slice(&response_json(&DynamicMessage::new(page)).expect("prints")).expect("json");
+        assert_eq!(json["nextPageToken"], "", "{json}");
+        assert!(json.as_object().is_some_and(|o| o.values().any(|v| v == &serde_json::json!([]))), "{json}");
     }
 }

@@ -76,8 +76,8 @@ impl Relations {
     /// it needs; returns the account and whether anything changed.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad id); PERMISSION_DENIED (an owner suspending or lifting a
-    /// suspension); FAILED_PRECONDITION ACCOUNT_DELETING (the account is being deleted);
+    /// INVALID_ARGUMENT (bad id); UNAUTHENTICATED CREDENTIALS_MISSING (an owner, who carries
+    /// no credentials, suspending or lifting a suspension); FAILED_PRECONDITION ACCOUNT_DELETING (the account is being deleted);
     /// UNAVAILABLE.
     pub async fn set_account_status(&self, user_id: i64, status: AccountStatus, caller: Caller) -> ApiResult<(Account, bool)> {
         validate_user_id("user_id", user_id)?;
@@ -87,7 +87,11 @@ impl Relations {
                 return Err(TxError::Api(deleting_error()));
             }
             if caller == Caller::Owner && (status == AccountStatus::Suspended || old.status == AccountStatus::Suspended) {
-                return Err(TxError::Api(ApiError::PermissionDenied("only an administrator suspends an account or lifts a suspension".into())));
+                // The owner's path carries no credentials, and this change needs the admin's.
+                return Err(TxError::Api(socialgraph_server::auth::unauthenticated(
+                    socialgraph_server::auth::REASON_CREDENTIALS_MISSING,
+                    "suspending an account or lifting a suspension needs the admin bearer token",
+                )));
             }
             if old.status == status {
                 return Ok((old, false));

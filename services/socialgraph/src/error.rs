@@ -135,8 +135,9 @@ pub fn describe_status(service: &str, status: &Status) -> String {
     if let Some(delay) = details.retry_info().and_then(|r| r.retry_delay) {
         out.push_str(&format!("; retry after {:.1}s", delay.as_secs_f64()));
     }
-    // A refusal with a reason (NOT_A_MEMBER, …) is about the resource, not the credentials.
-    if matches!(status.code(), Code::Unauthenticated | Code::PermissionDenied) && details.error_info().is_none() {
+    // PERMISSION_DENIED (NOT_A_MEMBER, …) is about the resource; UNAUTHENTICATED about the
+    // credentials.
+    if status.code() == Code::Unauthenticated {
         out.push_str(" (admin RPCs need --admin-token or SG_ADMIN_TOKEN, matching the service's auth.admin_token)");
     }
     out
