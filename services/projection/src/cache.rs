@@ -23,6 +23,7 @@ use std::time::Duration;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use prometheus::{IntCounterVec, Opts, Registry};
 use sea_orm::{AccessMode, DatabaseConnection, DbBackend, DbErr, IsolationLevel, TransactionTrait};
+use singleflight_async::SingleFlight;
 use socialgraph_cache::lists::{CachedEdge, FillSlot, FillSlots, ListCaches, Lookup, PageRead};
 use socialgraph_domain::{Cursor, Edge, EdgeState, ListEntry};
 use socialgraph_server::{ApiError, ApiResult, db_error};
@@ -51,6 +52,9 @@ pub struct CacheMetrics {
     pub pending: prometheus::IntGaugeVec,
     /// Deep follower pages by `result` (allowed, refused).
     pub deep_pages: IntCounterVec,
+    /// Follower pages the cache could not answer, by `result`: `read` (this call read the
+    /// database) or `shared` (an identical read in flight answered it).
+    pub database_reads: IntCounterVec,
 }
 
 impl CacheMetrics {
@@ -66,7 +70,15 @@ impl CacheMetrics {
             &["result"],
         )?;
         registry.register(Box::new(deep_pages.clone()))?;
-        Ok(Self { requests, fills, pending, deep_pages })
+        let database_reads = IntCounterVec::new(
+            Opts::new(
+                "sg_cache_database_reads_total",
+                "Follower pages read from the database after the cache, by result (read: this call read it; shared: an identical read in flight answered it)",
+            ),
+            &["cache", "rpc", "result"],
+        )?;
+        registry.register(Box::new(database_reads.clone()))?;
+        Ok(Self { requests, fills, pending, deep_pages, database_reads })
     }
 }
 
@@ -84,7 +96,14 @@ pub struct Caches {
     /// Deep pages read from the database per second (per instance).
     deep_pages: DefaultDirectRateLimiter,
     fills: FillSlots,
+    /// Follower-page database reads in flight in this instance, by (user, cursor, rows).
+    flights: SingleFlight<PageKey, SharedPage>,
 }
+
+/// A follower page's read: the user, the cursor it starts after, the rows asked for.
+type PageKey = (i64, Option<(i64, i64)>, usize);
+/// One database read's answer, shared by every caller that waited for it.
+type SharedPage = Result<Arc<Vec<ListEntry>>, Arc<DbErr>>;
 
 impl Caches {
     /// The caches kept from `consumer`'s batches of `topic`, with `deep_pages_per_sec` deep
@@ -99,7 +118,41 @@ impl Caches {
         metrics: CacheMetrics,
     ) -> Self {
         let rate = NonZeroU32::new(deep_pages_per_sec).unwrap_or(NonZeroU32::MIN);
-        Self { lists, hot, metrics, fence: Fence::new(consumer, topic), deep_pages: RateLimiter::direct(Quota::per_second(rate)), fills }
+        let deep_pages = RateLimiter::direct(Quota::per_second(rate));
+        Self { lists, hot, metrics, fence: Fence::new(consumer, topic), deep_pages, fills, flights: SingleFlight::new() }
+    }
+
+    /// Up to `limit` rows of `user_id`'s follower list after `after` from the database, for a
+    /// page the cache did not answer. Identical reads in flight are one read: a cold burst of
+    /// readers of one large account costs the database one page read, not one per reader, as
+    /// memcache's leases do for a miss. A joiner may get rows read a moment before it arrived;
+    /// the follower list is a projection that lags its source anyway, and reads that must
+    /// see a given write (a consistency token) do not come here.
+    ///
+    /// # Errors
+    /// UNAVAILABLE when the database fails (every caller that shared the read gets it).
+    pub(crate) async fn follower_rows(
+        &self,
+        db: &DatabaseConnection,
+        user_id: i64,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> ApiResult<Vec<ListEntry>> {
+        let key = (user_id, after.map(|a| (a.followed_at_ms, a.peer_id)), limit);
+        let read = std::sync::atomic::AtomicBool::new(false);
+        let rows = self
+            .flights
+            .work(key, || async {
+                read.store(true, std::sync::atomic::Ordering::Relaxed);
+                edges::list(db, EdgeTable::Follower, user_id, after, limit).await.map(Arc::new).map_err(Arc::new)
+            })
+            .await;
+        let result = if read.load(std::sync::atomic::Ordering::Relaxed) { "read" } else { "shared" };
+        self.metrics.database_reads.with_label_values(&["followers", "ListFollowers", result]).inc();
+        match rows {
+            Ok(rows) => Ok(rows.as_ref().clone()),
+            Err(e) => Err(socialgraph_server::shared_db_error(&e)),
+        }
     }
 
     fn count(&self, rpc: &str, result: &str) {

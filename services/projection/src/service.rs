@@ -117,12 +117,13 @@ impl Projection {
     /// for a page past the window over the deep-page rate; UNAVAILABLE.
     pub async fn list_followers(&self, user_id: i64, page_size: i32, token: &str, cached: bool) -> ApiResult<Page> {
         let req = page_request(&self.token_key, ListKind::Followers, &[("user_id", user_id)], page_size, token)?;
-        if let Some(c) = self.cache.as_ref().filter(|_| cached)
-            && let crate::cache::PageAnswer::Entries(rows) = c.follower_page(&self.db, user_id, req.after, req.size).await?
-        {
-            return Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0));
-        }
-        let rows = edges::list(&self.db, EdgeTable::Follower, user_id, req.after, req.size + 1).await.map_err(db_error)?;
+        let rows = match self.cache.as_ref().filter(|_| cached) {
+            Some(c) => match c.follower_page(&self.db, user_id, req.after, req.size).await? {
+                crate::cache::PageAnswer::Entries(rows) => rows,
+                crate::cache::PageAnswer::Database => c.follower_rows(&self.db, user_id, req.after, req.size + 1).await?,
+            },
+            None => edges::list(&self.db, EdgeTable::Follower, user_id, req.after, req.size + 1).await.map_err(db_error)?,
+        };
         Ok(self.token_key.finish(rows, req.size, ListKind::Followers, user_id, 0))
     }
 
