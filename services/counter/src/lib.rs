@@ -167,9 +167,10 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
-    let unread = ctx.message.clone().map(|message| {
-        Arc::new(unread::UnreadCounter { store: ctx.store.clone(), message, consumer: CONSUMER.into(), metrics: ctx.metrics.clone() })
-    });
+    let unread = ctx
+        .message
+        .is_some()
+        .then(|| Arc::new(unread::UnreadCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() }));
     let mut tasks = Vec::new();
     let mut owned = Vec::new();
     let activity = Arc::new(tokio::sync::Notify::new());

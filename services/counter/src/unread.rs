@@ -1,9 +1,10 @@
 //! Unread message counts per user and conversation, from `sg.message.v1`. No event is applied
-//! as a delta: for the memberships a batch touched, the exact unread count and its version
-//! (`last_seq + read_seq`, which only grows) are copied from message-svc, and Redis keeps the
-//! newest version per membership (script `SYNC_UNREAD`). So a replayed range, a copy of an
-//! event at a later offset, or batches read in any order leave the counts unchanged, and the
-//! total (`t` of the user's hash) is the sum of what the hash holds: it cannot drift.
+//! as a delta: every message event carries, for each membership it moved, the member's unread
+//! count and version after the change (`members`), and Redis keeps the newest version per
+//! membership (script `SYNC_UNREAD`). So a replayed range, a copy of an event at a later offset,
+//! or batches read in any order leave the counts unchanged, and the total (`t` of the user's
+//! hash) is the sum of what the hash holds: it cannot drift. The consumer reads nothing but the
+//! records: message-svc may be down while it applies them.
 //!
 //! A hash Redis lost (flushed, or a failover without it) is rebuilt whole from message-svc on
 //! the user's next read ([`read`], [`rebuild`]; also the admin RebuildUnreadCounts): a hash is
@@ -16,7 +17,7 @@ use prost::Message;
 use rskafka::record::RecordAndOffset;
 use socialgraph_cache::CacheError;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
-use socialgraph_proto::events::v1::{MessageEvent, MessageEventKind};
+use socialgraph_proto::events::v1::MessageEvent;
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
 use socialgraph_proto::message::v1::{BatchGetMemberStatesRequest, GetUnreadCountsRequest, MemberKey};
 use socialgraph_server::{ApiError, ApiResult};
@@ -27,52 +28,36 @@ use crate::consume::ConsumerMetrics;
 use crate::store::Store;
 use crate::users::cache_error;
 
-/// Most memberships asked of message-svc per call.
+/// Most memberships asked of message-svc per call (rebuilds only).
 const STATES_PER_CALL: usize = 1000;
 
-/// The (conversation, user) memberships an event changed.
-fn touched(e: &MessageEvent) -> Vec<(i64, i64)> {
-    let c = e.conversation_id;
-    let mut users: Vec<i64> = match MessageEventKind::try_from(e.kind) {
-        Ok(MessageEventKind::Sent) => e.user_ids.iter().copied().chain([e.actor_id]).collect(),
-        Ok(MessageEventKind::Read) => vec![e.actor_id],
-        Ok(MessageEventKind::MembersAdded | MessageEventKind::MembersRemoved) => e.user_ids.clone(),
-        _ => Vec::new(),
-    };
-    users.retain(|u| *u > 0);
-    users.into_iter().map(|u| (c, u)).collect()
+/// The membership states a batch's events carry, in record order (the newest version of each
+/// wins in Redis whatever the order). Events written before events carried states have none:
+/// they are counted as skipped (an upgrade drains the topic first, or rebuilds the hashes).
+fn carried(records: &[RecordAndOffset], metrics: &ConsumerMetrics) -> Vec<UnreadRow> {
+    let mut rows = Vec::new();
+    for r in records {
+        match MessageEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+            Ok(e) if e.conversation_id > 0 => rows.extend(e.members.iter().filter(|m| m.user_id > 0 && m.version > 0).map(|m| UnreadRow {
+                user_id: m.user_id,
+                conversation_id: e.conversation_id,
+                version: m.version,
+                count: if m.active { m.unread_count.max(0) } else { 0 },
+            })),
+            _ => metrics.skipped.with_label_values(&["undecodable"]).inc(),
+        }
+    }
+    rows
 }
 
 /// Unread counts from `sg.message.v1`.
 pub struct UnreadCounter {
     /// Redis.
     pub store: Store,
-    /// message-svc.
-    pub message: MessageServiceClient<Channel>,
     /// Name of this consumer's offsets.
     pub consumer: String,
     /// Metrics.
     pub metrics: ConsumerMetrics,
-}
-
-impl UnreadCounter {
-    fn memberships(&self, records: &[RecordAndOffset]) -> BTreeSet<(i64, i64)> {
-        let mut out = BTreeSet::new();
-        for r in records {
-            match MessageEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e) if e.conversation_id > 0 => out.extend(touched(&e)),
-                _ => self.metrics.skipped.with_label_values(&["undecodable"]).inc(),
-            }
-        }
-        out
-    }
-
-    /// Copies the current states of `pairs` from message-svc into Redis; returns how many
-    /// memberships changed.
-    async fn sync(&self, pairs: &[(i64, i64)]) -> Result<u64, BoxError> {
-        let rows = member_states(&self.message, pairs).await?;
-        Ok(self.store.sync_unread(&rows).await?)
-    }
 }
 
 impl BatchHandler for UnreadCounter {
@@ -83,8 +68,8 @@ impl BatchHandler for UnreadCounter {
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
         let span = socialgraph_telemetry::batch_span("counter.unread", topic, partition, records.iter().map(|r| &r.record.headers));
         async {
-            let pairs: Vec<(i64, i64)> = self.memberships(records).into_iter().collect();
-            self.metrics.applied.inc_by(self.sync(&pairs).await?);
+            let rows = carried(records, &self.metrics);
+            self.metrics.applied.inc_by(self.store.sync_unread(&rows).await?);
             self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
             Ok(())
         }
@@ -251,19 +236,37 @@ async fn rebuild_over(store: &Store, message: &MessageServiceClient<Channel>, us
 #[cfg(test)]
 mod tests {
     use super::*;
+    use socialgraph_proto::events::v1::{MemberState, MessageEventKind};
+
+    fn record(e: &MessageEvent, offset: i64) -> RecordAndOffset {
+        let record =
+            rskafka::record::Record { key: None, value: Some(e.encode_to_vec()), headers: Default::default(), timestamp: Default::default() };
+        RecordAndOffset { record, offset }
+    }
 
     #[test]
-    fn each_kind_touches_the_memberships_whose_unread_it_moves() {
-        let e = |kind: MessageEventKind, users: Vec<i64>| MessageEvent {
-            kind: kind as i32,
+    fn a_batch_yields_the_states_its_events_carry_and_an_inactive_member_counts_zero() {
+        let metrics = ConsumerMetrics {
+            applied: prometheus::IntCounter::new("applied", "applied").expect("counter"),
+            skipped: prometheus::IntCounterVec::new(prometheus::Opts::new("skipped", "skipped"), &["reason"]).expect("counter"),
+        };
+        let state = |user_id, unread_count, version, active| MemberState { user_id, unread_count, version, active };
+        let sent = MessageEvent {
+            kind: MessageEventKind::Sent as i32,
             conversation_id: 7,
             actor_id: 1,
-            user_ids: users,
+            members: vec![state(1, 0, 4, true), state(2, 3, 9, true)],
             ..Default::default()
         };
-        assert_eq!(touched(&e(MessageEventKind::Sent, vec![2, 3])), [(7, 2), (7, 3), (7, 1)]);
-        assert_eq!(touched(&e(MessageEventKind::Read, vec![1])), [(7, 1)]);
-        assert_eq!(touched(&e(MessageEventKind::MembersRemoved, vec![4])), [(7, 4)]);
-        assert_eq!(touched(&e(MessageEventKind::Unspecified, vec![4])), []);
+        let left = MessageEvent {
+            kind: MessageEventKind::MembersRemoved as i32,
+            conversation_id: 7,
+            actor_id: 2,
+            members: vec![state(2, 5, 10, false)],
+            ..Default::default()
+        };
+        let rows = carried(&[record(&sent, 0), record(&left, 1)], &metrics);
+        let row = |user_id, version, count| UnreadRow { user_id, conversation_id: 7, version, count };
+        assert_eq!(rows, [row(1, 4, 0), row(2, 9, 3), row(2, 10, 0)]);
     }
 }

@@ -283,7 +283,7 @@ impl CounterBackend for SqlCounters {
     /// Exact from message-svc's tables in the same file (the embedded mode has no lag to hide).
     async fn unread_counts(&self, user_id: i64) -> ApiResult<(i64, Vec<(i64, i64)>)> {
         let rows = socialgraph_storage::messages::unread_of(&self.db, user_id).await.map_err(db_error)?;
-        Ok((rows.iter().map(|m| m.unread()).sum(), rows.iter().map(|m| (m.conversation_id, m.unread())).collect()))
+        Ok((rows.iter().map(|m| m.unread_count).sum(), rows.iter().map(|m| (m.conversation_id, m.unread_count)).collect()))
     }
 
     /// Nothing to rebuild: the counts are read from message-svc's tables.

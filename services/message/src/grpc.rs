@@ -32,6 +32,14 @@ fn ids(fields: &[(&str, i64)]) -> ApiResult<()> {
     if bad.is_empty() { Ok(()) } else { Err(bad.into()) }
 }
 
+/// A group title: at most [`MAX_TITLE_BYTES`] bytes.
+fn validate_title(title: &str) -> Result<(), Violation> {
+    if title.len() > MAX_TITLE_BYTES {
+        return Err(Violation::new("title", format!("holds {} bytes, at most {MAX_TITLE_BYTES} are allowed", title.len())));
+    }
+    Ok(())
+}
+
 fn answer<T>(r: ApiResult<T>) -> Result<Response<T>, Status> {
     r.map(Response::new).map_err(Status::from)
 }
@@ -83,7 +91,7 @@ impl MessageService for MessageGrpc {
             async {
                 ids(&[("user_id", r.user_id), ("conversation_id", r.conversation_id), ("up_to_message_id", r.up_to_message_id)])?;
                 let (changed, m) = self.messages.mark_read(r.user_id, r.conversation_id, r.up_to_message_id).await?;
-                Ok(pb::MarkReadResponse { changed, read_seq: m.read_seq, unread_count: m.unread() })
+                Ok(pb::MarkReadResponse { changed, read_seq: m.read_seq, unread_count: m.unread_count })
             }
             .await,
         )
@@ -97,9 +105,7 @@ impl MessageService for MessageGrpc {
                 if !r.member_ids.is_empty() {
                     bad.extend(validate_batch("member_ids", &r.member_ids).err().unwrap_or_default());
                 }
-                if r.title.len() > MAX_TITLE_BYTES {
-                    bad.push(Violation::new("title", format!("holds {} bytes, at most {MAX_TITLE_BYTES} are allowed", r.title.len())));
-                }
+                bad.extend(validate_title(&r.title).err());
                 if !bad.is_empty() {
                     return Err(bad.into());
                 }
@@ -146,6 +152,55 @@ impl MessageService for MessageGrpc {
             async {
                 ids(&[("user_id", r.user_id), ("conversation_id", r.conversation_id)])?;
                 Ok(pb::LeaveResponse { changed: self.messages.remove(r.user_id, r.conversation_id, r.user_id).await? })
+            }
+            .await,
+        )
+    }
+
+    async fn delete_message(&self, req: Request<pb::DeleteMessageRequest>) -> Result<Response<pb::DeleteMessageResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                ids(&[("user_id", r.user_id), ("message_id", r.message_id)])?;
+                Ok(pb::DeleteMessageResponse { changed: self.messages.delete_message(r.user_id, r.message_id).await? })
+            }
+            .await,
+        )
+    }
+
+    async fn edit_message(&self, req: Request<pb::EditMessageRequest>) -> Result<Response<pb::EditMessageResponse>, Status> {
+        let r = req.into_inner();
+        let max = self.messages.config.messages.max_body_bytes;
+        answer(
+            async {
+                let mut bad: Vec<Violation> =
+                    [("user_id", r.user_id), ("message_id", r.message_id)].iter().filter_map(|(f, id)| validate_user_id(f, *id).err()).collect();
+                if r.body.is_empty() || r.body.len() > max {
+                    bad.push(Violation::new("body", format!("must hold 1 to {max} bytes, holds {}", r.body.len())));
+                }
+                if !bad.is_empty() {
+                    return Err(ApiError::violations(bad));
+                }
+                let (changed, m) = self.messages.edit_message(r.user_id, r.message_id, &r.body).await?;
+                Ok(pb::EditMessageResponse { changed, message: Some(message_pb(m)) })
+            }
+            .await,
+        )
+    }
+
+    async fn rename_group(&self, req: Request<pb::RenameGroupRequest>) -> Result<Response<pb::RenameGroupResponse>, Status> {
+        let r = req.into_inner();
+        answer(
+            async {
+                let mut bad: Vec<Violation> = [("user_id", r.user_id), ("conversation_id", r.conversation_id)]
+                    .iter()
+                    .filter_map(|(f, id)| validate_user_id(f, *id).err())
+                    .collect();
+                bad.extend(validate_title(&r.title).err());
+                if !bad.is_empty() {
+                    return Err(ApiError::violations(bad));
+                }
+                Ok(pb::RenameGroupResponse { changed: self.messages.rename_group(r.user_id, r.conversation_id, &r.title).await? })
             }
             .await,
         )

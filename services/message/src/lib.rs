@@ -6,6 +6,7 @@
 
 pub mod blocks;
 pub mod config;
+pub mod edits;
 pub mod grpc;
 pub mod live;
 pub mod reads;

@@ -21,6 +21,7 @@ pub fn message_pb(m: MessageRow) -> pb::Message {
         client_message_id: m.client_message_id,
         body: m.body,
         sent_at: Some(timestamp_from_ms(m.sent_at_ms)),
+        edited_at: m.edited_at_ms.map(timestamp_from_ms),
     }
 }
 
@@ -47,7 +48,7 @@ impl Messages {
                 peer_id: c.direct.map_or(0, |(low, high)| if low == user_id { high } else { low }),
                 title: c.title,
                 last_message: last.remove(&m.last_message_id).map(message_pb),
-                unread_count: m.unread(),
+                unread_count: m.unread_count,
                 active: m.active,
                 member_count: c.member_count,
             })
@@ -78,10 +79,10 @@ impl Messages {
     /// UNAVAILABLE when the database is.
     pub async fn unread_counts(&self, user_id: i64) -> ApiResult<pb::GetUnreadCountsResponse> {
         let rows = store::unread_of(&self.db, user_id).await.map_err(db_error)?;
-        let total_unread = rows.iter().map(|m| m.unread()).sum();
+        let total_unread = rows.iter().map(|m| m.unread_count).sum();
         let conversations = rows
             .iter()
-            .map(|m| pb::ConversationUnread { conversation_id: m.conversation_id, unread_count: m.unread(), version: m.version() })
+            .map(|m| pb::ConversationUnread { conversation_id: m.conversation_id, unread_count: m.unread_count, version: m.version })
             .collect();
         Ok(pb::GetUnreadCountsResponse { conversations, total_unread })
     }
@@ -100,7 +101,12 @@ impl Messages {
             .iter()
             .map(|(c, u)| {
                 let m = found.get(&(*c, *u));
-                pb::MemberState { conversation_id: *c, user_id: *u, unread_count: m.map_or(0, |m| m.unread()), version: m.map_or(0, |m| m.version()) }
+                pb::MemberState {
+                    conversation_id: *c,
+                    user_id: *u,
+                    unread_count: m.map_or(0, |m| m.unread_count),
+                    version: m.map_or(0, |m| m.version),
+                }
             })
             .collect())
     }

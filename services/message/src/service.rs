@@ -8,7 +8,7 @@ use prost::Message as _;
 use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use socialgraph_domain::{PageTokenKey, Violation, now_ms, timestamp_from_ms, validate_user_id};
 use socialgraph_events::headers;
-use socialgraph_proto::events::v1::{MessageEvent, MessageEventKind};
+use socialgraph_proto::events::v1::{MemberState as EventMemberState, MessageEvent, MessageEventKind};
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::messages::{self as store, MemberRow, MessageRow, NewConversation, NewMessage};
 use socialgraph_storage::outbox::{self, NewOutboxRow};
@@ -19,7 +19,7 @@ use crate::blocks::{Blocks, blocked};
 
 /// Attempts of a transaction that lost a race (a concurrent first message of a pair, a
 /// concurrent retry of one send, a deadlock).
-const RETRIES: usize = 8;
+pub(crate) const RETRIES: usize = 8;
 /// Longest group title, bytes.
 pub const MAX_TITLE_BYTES: usize = 200;
 /// Longest client_message_id, bytes.
@@ -51,7 +51,7 @@ impl socialgraph_storage::RetryableError for TxError {
 }
 
 impl TxError {
-    fn into_api(self) -> ApiError {
+    pub(crate) fn into_api(self) -> ApiError {
         match self {
             Self::Api(e) => e,
             Self::Db(e) => db_error(e),
@@ -65,20 +65,21 @@ impl TxError {
 macro_rules! in_tx {
     ($svc:expr, $tx:ident => $body:block) => {{
         let svc = $svc;
-        let value = socialgraph_storage::retry_tx(RETRIES, || async {
+        let value = socialgraph_storage::retry_tx($crate::service::RETRIES, || async {
             let owned = svc.begin().await?;
             let $tx = &owned;
-            let value: Result<_, TxError> = async { $body }.await;
+            let value: Result<_, $crate::service::TxError> = async { $body }.await;
             let value = value?;
             owned.commit().await?;
-            Ok::<_, TxError>(value)
+            Ok::<_, $crate::service::TxError>(value)
         })
         .await
-        .map_err(TxError::into_api)?;
+        .map_err($crate::service::TxError::into_api)?;
         svc.wake.notify_one();
         Ok(value)
     }};
 }
+pub(crate) use in_tx;
 
 /// Where a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +116,7 @@ pub(crate) fn not_a_member() -> ApiError {
     ApiError::Forbidden { reason: "NOT_A_MEMBER", message: "the user is not a member of this conversation".into() }
 }
 
-fn not_a_group() -> ApiError {
+pub(crate) fn not_a_group() -> ApiError {
     ApiError::FailedPrecondition {
         reason: "NOT_A_GROUP",
         message: "a private conversation has no member changes".into(),
@@ -174,11 +175,16 @@ pub fn validate_send(
     }
 }
 
+/// A membership's state as events carry it.
+fn member_state(m: &MemberRow) -> EventMemberState {
+    EventMemberState { user_id: m.user_id, unread_count: m.unread_count, version: m.version, active: m.active }
+}
+
 /// message-svc's state: the database, its limits, and the relay's wake-up.
 pub struct Messages {
     pub(crate) db: DatabaseConnection,
     pub(crate) config: Config,
-    wake: Arc<Notify>,
+    pub(crate) wake: Arc<Notify>,
     pub(crate) tokens: PageTokenKey,
     blocks: Blocks,
 }
@@ -191,7 +197,7 @@ impl Messages {
         Self { db, config, wake, tokens, blocks }
     }
 
-    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
+    pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
         // Read committed everywhere (PostgreSQL's default; MySQL's is repeatable read), so reads
         // after the conversation's lock see the writes committed before it.
         match self.db.get_database_backend() {
@@ -201,8 +207,16 @@ impl Messages {
         }
     }
 
-    /// The outbox row of an event of `conversation_id`.
-    fn event(&self, kind: MessageEventKind, conversation_id: i64, actor_id: i64, user_ids: Vec<i64>, now: i64) -> MessageEvent {
+    /// An event of `conversation_id` carrying the states of the memberships it moved.
+    pub(crate) fn event(
+        &self,
+        kind: MessageEventKind,
+        conversation_id: i64,
+        actor_id: i64,
+        user_ids: Vec<i64>,
+        moved: &[MemberRow],
+        now: i64,
+    ) -> MessageEvent {
         MessageEvent {
             event_id: uuid::Uuid::now_v7().to_string(),
             kind: kind as i32,
@@ -210,11 +224,12 @@ impl Messages {
             actor_id,
             user_ids,
             occurred_at: Some(timestamp_from_ms(now)),
+            members: moved.iter().map(member_state).collect(),
             ..MessageEvent::default()
         }
     }
 
-    async fn publish<C: sea_orm::ConnectionTrait>(&self, conn: &C, event: &MessageEvent, now: i64) -> Result<(), DbErr> {
+    pub(crate) async fn publish<C: sea_orm::ConnectionTrait>(&self, conn: &C, event: &MessageEvent, now: i64) -> Result<(), DbErr> {
         let row = NewOutboxRow {
             topic: self.config.kafka.message_topic.clone(),
             partition_key: event.conversation_id,
@@ -239,6 +254,14 @@ impl Messages {
         let now = now_ms();
         let pair = |r: i64| (s.sender_id.min(r), s.sender_id.max(r));
         if let Some(m) = store::by_client_id(tx, s.sender_id, &s.client_message_id).await? {
+            if m.deleted_at_ms.is_some() {
+                return Err(ApiError::FailedPrecondition {
+                    reason: "MESSAGE_DELETED",
+                    message: "the message sent with this client_message_id was deleted".into(),
+                    metadata: Default::default(),
+                }
+                .into());
+            }
             let same_target = match s.target {
                 Target::Conversation(c) => m.conversation_id == c,
                 Target::Recipient(r) => store::find_private(tx, pair(r).0, pair(r).1).await? == Some(m.conversation_id),
@@ -268,7 +291,7 @@ impl Messages {
                             members: vec![low, high],
                             now_ms: now,
                         };
-                        store::create(tx, &new).await?
+                        store::create(tx, &new).await?.0
                     }
                 }
             }
@@ -277,11 +300,11 @@ impl Messages {
         // the commit (a failed check rolls the sequence back).
         let conversation = store::next_seq(tx, conversation_id, now).await?.ok_or_else(not_a_member)?;
         let seq = conversation.last_seq;
-        let mut recipients = store::active_members(tx, conversation_id).await?;
-        let Some(at) = recipients.iter().position(|u| *u == s.sender_id) else {
+        let active = store::active_members(tx, conversation_id).await?;
+        if !active.iter().any(|m| m.user_id == s.sender_id) {
             return Err(not_a_member().into());
-        };
-        recipients.remove(at);
+        }
+        let recipients: Vec<i64> = active.iter().map(|m| m.user_id).filter(|u| *u != s.sender_id).collect();
         if let Some((low, high)) = conversation.direct {
             let peer = if low == s.sender_id { high } else { low };
             if self.blocks.between(tx, s.sender_id, peer).await? {
@@ -289,8 +312,8 @@ impl Messages {
             }
         }
         let new = NewMessage { conversation_id, seq, sender_id: s.sender_id, client_message_id: &s.client_message_id, body: &s.body, now_ms: now };
-        let id = store::append(tx, &new).await?;
-        let mut event = self.event(MessageEventKind::Sent, conversation_id, s.sender_id, recipients, now);
+        let (id, moved) = store::append(tx, &new, &active).await?;
+        let mut event = self.event(MessageEventKind::Sent, conversation_id, s.sender_id, recipients, &moved, now);
         (event.seq, event.message_id, event.body, event.client_message_id) = (seq, id, s.body.clone(), s.client_message_id.clone());
         self.publish(tx, &event, now).await?;
         let message = MessageRow {
@@ -301,6 +324,8 @@ impl Messages {
             client_message_id: s.client_message_id.clone(),
             body: s.body.clone(),
             sent_at_ms: now,
+            edited_at_ms: None,
+            deleted_at_ms: None,
         };
         Ok(Sent { message, created: true })
     }
@@ -312,6 +337,8 @@ impl Messages {
     pub async fn mark_read(&self, user_id: i64, conversation_id: i64, message_id: i64) -> ApiResult<(bool, MemberRow)> {
         in_tx!(self, tx => {
             let now = now_ms();
+            // The conversation's lock orders the recount with sends and deletions.
+            store::lock_conversation(tx, conversation_id, now).await?.ok_or_else(not_a_member)?;
             let me = store::member_of(tx, conversation_id, user_id).await?.ok_or_else(not_a_member)?;
             let unknown = || ApiError::InvalidArgument {
                 reason: "UNKNOWN_MESSAGE",
@@ -321,14 +348,15 @@ impl Messages {
             if m.seq <= me.joined_seq || m.seq > me.last_seq {
                 return Err(unknown().into());
             }
-            let changed = store::mark_read(tx, conversation_id, user_id, m.seq, now).await?;
-            if changed {
-                let mut event = self.event(MessageEventKind::Read, conversation_id, user_id, vec![user_id], now);
-                event.seq = m.seq;
-                self.publish(tx, &event, now).await?;
+            match store::mark_read(tx, &me, m.seq, now).await? {
+                Some(after) => {
+                    let mut event = self.event(MessageEventKind::Read, conversation_id, user_id, vec![user_id], &[after], now);
+                    event.seq = m.seq;
+                    self.publish(tx, &event, now).await?;
+                    Ok((true, after))
+                }
+                None => Ok((false, me)),
             }
-            let after = store::member_of(tx, conversation_id, user_id).await?.unwrap_or(me);
-            Ok((changed, after))
         })
     }
 
@@ -348,8 +376,8 @@ impl Messages {
         in_tx!(self, tx => {
             let now = now_ms();
             let new = NewConversation { kind: store::GROUP, direct: None, owner_id: creator_id, title: title.to_owned(), members: all.clone(), now_ms: now };
-            let id = store::create(tx, &new).await?;
-            self.publish(tx, &self.event(MessageEventKind::MembersAdded, id, creator_id, all.clone(), now), now).await?;
+            let (id, joined) = store::create(tx, &new).await?;
+            self.publish(tx, &self.event(MessageEventKind::MembersAdded, id, creator_id, all.clone(), &joined, now), now).await?;
             Ok((id, all.len() as i32))
         })
     }
@@ -379,9 +407,9 @@ impl Messages {
             }
             if !new.is_empty() {
                 let last_message_id = store::message_id_at(tx, conversation_id, c.last_seq).await?;
-                store::join(tx, conversation_id, &new, c.last_seq, last_message_id, now).await?;
+                let joined = store::join(tx, conversation_id, &new, c.last_seq, last_message_id, now).await?;
                 store::add_member_count(tx, conversation_id, new.len() as i32).await?;
-                self.publish(tx, &self.event(MessageEventKind::MembersAdded, conversation_id, actor_id, new.clone(), now), now).await?;
+                self.publish(tx, &self.event(MessageEventKind::MembersAdded, conversation_id, actor_id, new.clone(), &joined, now), now).await?;
             }
             Ok((new.len() as i32, count))
         })
@@ -405,12 +433,10 @@ impl Messages {
             if actor_id != user_id && actor_id != c.owner_id {
                 return Err(ApiError::Forbidden { reason: "NOT_THE_OWNER", message: "only the group's owner removes other members".into() }.into());
             }
-            let changed = store::leave(tx, conversation_id, user_id, now).await?;
-            if changed {
-                store::add_member_count(tx, conversation_id, -1).await?;
-                self.publish(tx, &self.event(MessageEventKind::MembersRemoved, conversation_id, actor_id, vec![user_id], now), now).await?;
-            }
-            Ok(changed)
+            let Some(left) = store::leave(tx, conversation_id, user_id, now).await? else { return Ok(false) };
+            store::add_member_count(tx, conversation_id, -1).await?;
+            self.publish(tx, &self.event(MessageEventKind::MembersRemoved, conversation_id, actor_id, vec![user_id], &[left], now), now).await?;
+            Ok(true)
         })
     }
 }

@@ -137,8 +137,10 @@ impl Cursor {
         let e = &r.event;
         let kind = MessageEventKind::try_from(e.kind).ok()?;
         let concerns = match kind {
-            MessageEventKind::Sent => e.actor_id == self.user_id || e.user_ids.contains(&self.user_id),
             MessageEventKind::Read => e.actor_id == self.user_id,
+            MessageEventKind::Sent | MessageEventKind::MessageDeleted | MessageEventKind::MessageEdited | MessageEventKind::GroupRenamed => {
+                e.actor_id == self.user_id || e.user_ids.contains(&self.user_id)
+            }
             _ => false,
         };
         if !concerns {
@@ -146,35 +148,63 @@ impl Cursor {
         }
         self.clock += 1;
         let mark = self.marks.entry(e.conversation_id).or_default();
-        let delivered = if kind == MessageEventKind::Sent { &mut mark.message_seq } else { &mut mark.read_seq };
-        let newer = e.seq > *delivered;
-        *delivered = (*delivered).max(e.seq);
         mark.touched = self.clock;
-        if !newer {
-            return None;
+        // Messages and read cursors carry the conversation's sequence: a copy is not above
+        // what was delivered. Deletions, edits and renames are idempotent and pass as they come.
+        let delivered = match kind {
+            MessageEventKind::Sent => Some(&mut mark.message_seq),
+            MessageEventKind::Read => Some(&mut mark.read_seq),
+            _ => None,
+        };
+        if let Some(delivered) = delivered {
+            let newer = e.seq > *delivered;
+            *delivered = (*delivered).max(e.seq);
+            if !newer {
+                return None;
+            }
         }
         if self.marks.len() > KEPT_MARKS {
             let oldest = self.marks.iter().min_by_key(|(_, m)| m.touched).map(|(c, _)| *c);
             oldest.map(|c| self.marks.remove(&c));
         }
-        let mut item = pb::SubscribeResponse { kind: pb::SubscribeEventKind::Message as i32, ..Default::default() };
-        if kind == MessageEventKind::Sent {
-            item.message = Some(pb::Message {
-                message_id: e.message_id,
-                conversation_id: e.conversation_id,
-                seq: e.seq,
-                sender_id: e.actor_id,
-                client_message_id: e.client_message_id.clone(),
-                body: e.body.clone(),
-                sent_at: e.occurred_at,
-            });
-        } else {
-            item.kind = pb::SubscribeEventKind::Read as i32;
-            item.read = Some(pb::ReadState { conversation_id: e.conversation_id, read_seq: e.seq });
-        }
+        let mut item = item_of(kind, e)?;
         item.resume_token = self.encode();
         Some(item)
     }
+}
+
+/// The Subscribe item of an event that concerns the subscriber (no resume token yet).
+fn item_of(kind: MessageEventKind, e: &socialgraph_proto::events::v1::MessageEvent) -> Option<pb::SubscribeResponse> {
+    let message = || pb::Message {
+        message_id: e.message_id,
+        conversation_id: e.conversation_id,
+        seq: e.seq,
+        sender_id: e.actor_id,
+        client_message_id: e.client_message_id.clone(),
+        body: e.body.clone(),
+        sent_at: e.occurred_at,
+        edited_at: e.edited_at,
+    };
+    let (kind, message, read, renamed) = match kind {
+        MessageEventKind::Sent => (pb::SubscribeEventKind::Message, Some(message()), None, None),
+        MessageEventKind::Read => {
+            (pb::SubscribeEventKind::Read, None, Some(pb::ReadState { conversation_id: e.conversation_id, read_seq: e.seq }), None)
+        }
+        MessageEventKind::MessageDeleted => {
+            let gone = pb::Message { sent_at: None, ..message() };
+            (pb::SubscribeEventKind::MessageDeleted, Some(gone), None, None)
+        }
+        MessageEventKind::MessageEdited => {
+            // The edit's time is not the send's: readers merge it by message id.
+            (pb::SubscribeEventKind::MessageEdited, Some(pb::Message { sent_at: None, ..message() }), None, None)
+        }
+        MessageEventKind::GroupRenamed => {
+            let renamed = pb::GroupRenamed { conversation_id: e.conversation_id, title: e.title.clone() };
+            (pb::SubscribeEventKind::GroupRenamed, None, None, Some(renamed))
+        }
+        _ => return None,
+    };
+    Some(pb::SubscribeResponse { kind: kind as i32, message, read, renamed, ..Default::default() })
 }
 
 /// UNAVAILABLE: live delivery cannot read the log.

@@ -5,7 +5,6 @@
 //! the text each send prepared a dozen new statements and took 2.5 times as long. The caller holds the transaction:
 //! every write of a conversation starts with [`lock_conversation`], which orders them.
 
-use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
 
 /// `conversation.kind` of a private conversation (two members).
@@ -31,7 +30,6 @@ enum Conversation {
 #[derive(Clone, Copy, sea_orm::DeriveIden)]
 enum Message {
     Table,
-    Id,
     ConversationId,
     Seq,
     SenderId,
@@ -60,6 +58,10 @@ pub struct MessageRow {
     pub body: Vec<u8>,
     /// Accepted at, ms since the epoch.
     pub sent_at_ms: i64,
+    /// Last edited at, ms since the epoch; `None` when never edited.
+    pub edited_at_ms: Option<i64>,
+    /// Deleted at, ms since the epoch (a tombstone: its body is empty); `None` when live.
+    pub deleted_at_ms: Option<i64>,
 }
 
 /// A row of `conversation`.
@@ -98,23 +100,17 @@ pub struct MemberRow {
     pub last_message_id: i64,
     /// The member's read cursor (a sequence).
     pub read_seq: i64,
+    /// Live messages after the read cursor (all sent by others); 0 once inactive.
+    pub unread_count: i64,
+    /// Grows by one with every change of the membership; events carry it beside the count, and
+    /// derived copies keep the highest they saw.
+    pub version: i64,
 }
 
-impl MemberRow {
-    /// Messages after the read cursor: `last_seq − read_seq`, never negative.
-    pub fn unread(&self) -> i64 {
-        Ord::max(self.last_seq - self.read_seq, 0)
-    }
-
-    /// `last_seq + read_seq`: both only grow, so this grows with every change of the unread
-    /// count; derived copies keep the newest version they saw.
-    pub fn version(&self) -> i64 {
-        self.last_seq + self.read_seq
-    }
-}
-
-const MESSAGE_COLS: &str = "id, conversation_id, seq, sender_id, client_message_id, body, sent_at_ms";
-const MEMBER_COLS: &str = "conversation_id, user_id, state, joined_seq, last_seq, last_message_id, read_seq";
+const MESSAGE_COLS: &str = "id, conversation_id, seq, sender_id, client_message_id, body, sent_at_ms, edited_at_ms, deleted_at_ms";
+const MEMBER_COLS: &str = "conversation_id, user_id, state, joined_seq, last_seq, last_message_id, read_seq, unread_count, version";
+/// Columns in [`MEMBER_COLS`], where a joined conversation's columns start.
+const MEMBER_COL_COUNT: usize = 9;
 const CONVERSATION_COLS: &str = "id, kind, direct_low, direct_high, owner_id, title, last_seq, member_count";
 
 fn message(r: &QueryResult, at: usize) -> Result<MessageRow, DbErr> {
@@ -126,6 +122,8 @@ fn message(r: &QueryResult, at: usize) -> Result<MessageRow, DbErr> {
         client_message_id: r.try_get_by_index(at + 4)?,
         body: r.try_get_by_index(at + 5)?,
         sent_at_ms: r.try_get_by_index(at + 6)?,
+        edited_at_ms: r.try_get_by_index(at + 7)?,
+        deleted_at_ms: r.try_get_by_index(at + 8)?,
     })
 }
 
@@ -138,6 +136,8 @@ fn member(r: &QueryResult, at: usize) -> Result<MemberRow, DbErr> {
         last_seq: r.try_get_by_index(at + 4)?,
         last_message_id: r.try_get_by_index(at + 5)?,
         read_seq: r.try_get_by_index(at + 6)?,
+        unread_count: r.try_get_by_index(at + 7)?,
+        version: r.try_get_by_index(at + 8)?,
     })
 }
 
@@ -195,16 +195,11 @@ fn values(ids: &[i64]) -> Vec<Value> {
 /// # Errors
 /// Database errors.
 pub async fn by_client_id<C: ConnectionTrait>(conn: &C, sender_id: i64, client_message_id: &str) -> Result<Option<MessageRow>, DbErr> {
-    let q = Query::select()
-        .columns([Message::Id, Message::ConversationId, Message::Seq, Message::SenderId, Message::ClientMessageId, Message::Body, Message::SentAtMs])
-        .from(Message::Table)
-        .and_where(Expr::col(Message::SenderId).eq(sender_id))
-        .and_where(Expr::col(Message::ClientMessageId).eq(client_message_id))
-        .to_owned();
-    conn.query_one(&q).await?.map(|r| message(&r, 0)).transpose()
+    let sql = format!("SELECT {MESSAGE_COLS} FROM message WHERE sender_id = ? AND client_message_id = ?");
+    all(conn, &sql, vec![sender_id.into(), client_message_id.into()]).await?.first().map(|r| message(r, 0)).transpose()
 }
 
-/// The messages with these ids (any order; unknown ids are skipped).
+/// The messages with these ids, deleted ones included (any order; unknown ids are skipped).
 ///
 /// # Errors
 /// Database errors.
@@ -247,13 +242,13 @@ pub async fn member_of<C: ConnectionTrait>(conn: &C, conversation_id: i64, user_
     Ok(members(conn, conversation_id, &[user_id]).await?.into_iter().next())
 }
 
-/// The active members of the conversation, by user id.
+/// The rows of the conversation's active members, by user id.
 ///
 /// # Errors
 /// Database errors.
-pub async fn active_members<C: ConnectionTrait>(conn: &C, conversation_id: i64) -> Result<Vec<i64>, DbErr> {
-    let sql = "SELECT user_id FROM conversation_member WHERE conversation_id = ? AND state = 1 ORDER BY user_id";
-    all(conn, sql, values(&[conversation_id])).await?.iter().map(|r| r.try_get_by_index(0)).collect()
+pub async fn active_members<C: ConnectionTrait>(conn: &C, conversation_id: i64) -> Result<Vec<MemberRow>, DbErr> {
+    let sql = format!("SELECT {MEMBER_COLS} FROM conversation_member WHERE conversation_id = ? AND state = 1 ORDER BY user_id");
+    all(conn, &sql, values(&[conversation_id])).await?.iter().map(|r| member(r, 0)).collect()
 }
 
 /// The id of the conversation's message at `seq` (0 when there is none, as at seq 0).
@@ -290,10 +285,11 @@ pub async fn conversations_of<C: ConnectionTrait>(conn: &C, user_id: i64, after:
          ORDER BY m.last_message_id DESC, m.conversation_id DESC LIMIT ?",
         cols.join(", ")
     );
-    all(conn, &sql, v).await?.iter().map(|r| Ok((member(r, 0)?, conversation(r, 7)?))).collect()
+    all(conn, &sql, v).await?.iter().map(|r| Ok((member(r, 0)?, conversation(r, MEMBER_COL_COUNT)?))).collect()
 }
 
-/// `limit` messages of a conversation with a sequence in `(after_seq, up_to_seq]`, newest first.
+/// `limit` live messages of a conversation with a sequence in `(after_seq, up_to_seq]`, newest
+/// first.
 ///
 /// # Errors
 /// Database errors.
@@ -304,7 +300,9 @@ pub async fn messages_between<C: ConnectionTrait>(
     up_to_seq: i64,
     limit: usize,
 ) -> Result<Vec<MessageRow>, DbErr> {
-    let sql = format!("SELECT {MESSAGE_COLS} FROM message WHERE conversation_id = ? AND seq > ? AND seq <= ? ORDER BY seq DESC LIMIT ?");
+    let sql = format!(
+        "SELECT {MESSAGE_COLS} FROM message WHERE conversation_id = ? AND seq > ? AND seq <= ? AND deleted_at_ms IS NULL ORDER BY seq DESC LIMIT ?"
+    );
     all(conn, &sql, values(&[conversation_id, after_seq, up_to_seq, limit as i64])).await?.iter().map(|r| message(r, 0)).collect()
 }
 
@@ -313,7 +311,7 @@ pub async fn messages_between<C: ConnectionTrait>(
 /// # Errors
 /// Database errors.
 pub async fn unread_of<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<Vec<MemberRow>, DbErr> {
-    let sql = format!("SELECT {MEMBER_COLS} FROM conversation_member WHERE user_id = ? AND last_seq > read_seq ORDER BY conversation_id");
+    let sql = format!("SELECT {MEMBER_COLS} FROM conversation_member WHERE user_id = ? AND unread_count > 0 ORDER BY conversation_id");
     all(conn, &sql, values(&[user_id])).await?.iter().map(|r| member(r, 0)).collect()
 }
 
