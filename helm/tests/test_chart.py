@@ -452,7 +452,7 @@ GATEWAY_SETTINGS = {
     "SG_HTTP__ADDR", "SG_HTTP__ADMIN_ADDR", "SG_HTTP__REQUEST_TIMEOUT_MS", "SG_HTTP__MAX_BODY_BYTES",
     "SG_HTTP__MAX_HEADER_BYTES", "SG_HTTP__CONCURRENCY_LIMIT", "SG_HTTP__DRAIN_TIMEOUT_MS",
     "SG_HTTP__CORS_ALLOWED_ORIGINS", "SG_HTTP__CORS_MAX_AGE_SECS", "SG_UPSTREAM__RELATION_URL",
-    "SG_UPSTREAM__PROJECTION_URL", "SG_UPSTREAM__COUNTER_URL", "SG_UPSTREAM__CHANNELS",
+    "SG_UPSTREAM__PROJECTION_URL", "SG_UPSTREAM__COUNTER_URL", "SG_UPSTREAM__MESSAGE_URL", "SG_UPSTREAM__CHANNELS",
     "SG_UPSTREAM__CONNECT_TIMEOUT_MS",
 }
 
@@ -557,8 +557,8 @@ def _checksums(rendered):
     # projection-svc (rebuilds) and message-svc (blocks) call relation-svc.
     ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", MESSAGE, GATEWAY}),
     ({}, {"counter": {"ports": {"grpc": 6003}}}, {"counter", GATEWAY}),
-    # counter-svc calls message-svc (the unread counters); the gateway does not.
-    ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter"}),
+    # counter-svc (unread rebuilds) and the gateway (the message routes) call message-svc.
+    ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter", GATEWAY}),
     ({}, {"log": {"level": "debug"}}, {"relation", "projection", "counter", MESSAGE, GATEWAY}),
 ])
 def test_config_changes_roll_exactly_the_pods_that_read_them(base, change, rolled):
@@ -657,10 +657,10 @@ def test_service_monitors_scrape_metrics_on_the_admin_port(production):
 def test_network_policies_admit_only_the_named_callers(production):
     values = chartlib.production_values()
     # The chart's own callers: projection-svc rebuilds from relation-svc and message-svc asks it
-    # about blocks, counter-svc copies projection-svc's counts and message-svc's unread counts,
-    # the gateway calls the first three.
+    # about blocks, counter-svc copies projection-svc's counts and rebuilds message-svc's unread
+    # counts, the gateway calls all four.
     internal = {"relation": ["projection", MESSAGE, GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
-                MESSAGE: ["counter"], GATEWAY: []}
+                MESSAGE: ["counter", GATEWAY], GATEWAY: []}
     for name in COMPONENTS:
         policy = production.get("NetworkPolicy", f"{RELEASE}-{name}")
         assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -689,7 +689,7 @@ def test_network_policy_without_callers_admits_nobody_from_outside():
     rendered = render(VARIANTS["network-policy-without-callers"])
     assert rendered.get("NetworkPolicy", f"{RELEASE}-{GATEWAY}")["spec"]["ingress"] == []
     for name, callers in (("relation", ["projection", MESSAGE, GATEWAY]), ("projection", ["counter", GATEWAY]),
-                          ("counter", [GATEWAY]), (MESSAGE, ["counter"])):
+                          ("counter", [GATEWAY]), (MESSAGE, ["counter", GATEWAY])):
         ingress = rendered.get("NetworkPolicy", f"{RELEASE}-{name}")["spec"]["ingress"]
         assert [r["ports"] for r in ingress] == [[{"port": "grpc", "protocol": "TCP"}]]
         assert [list(p["podSelector"]["matchLabels"].items()) for p in ingress[0]["from"]] == [
@@ -806,6 +806,7 @@ def test_gateway_settings_become_the_documented_variables(default):
         "SG_UPSTREAM__RELATION_URL": f"http://{RELEASE}-relation:50051",
         "SG_UPSTREAM__PROJECTION_URL": f"http://{RELEASE}-projection:50052",
         "SG_UPSTREAM__COUNTER_URL": f"http://{RELEASE}-counter:50053",
+        "SG_UPSTREAM__MESSAGE_URL": f"http://{RELEASE}-message:50054",
         "SG_UPSTREAM__CHANNELS": "4",
         "SG_UPSTREAM__CONNECT_TIMEOUT_MS": "2000",
         "SG_LOG_FORMAT": "json",

@@ -235,7 +235,7 @@ def test_values_become_the_documented_variables():
 @pytest.mark.parametrize("base, change, rolled", [
     ({}, {MESSAGE: {"messages": {"maxBodyBytes": 1024}}}, {MESSAGE}),
     ({}, {"kafka": {"messageTopic": "chat.v2"}}, {MESSAGE, "counter"}),
-    ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter"}),
+    ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter", GATEWAY}),
     ({}, {MESSAGE: {"ports": {"admin": 7004}}}, {MESSAGE}),
     ({}, {MESSAGE: {"database": {"url": "postgres://m@db/messages"}}}, {MESSAGE}),
     (OWN_DB_INLINE, {"database": {"url": "postgres://other@db/sg"}}, {"relation", "projection"}),
@@ -404,6 +404,13 @@ def test_disabled_renders_no_message_objects(variant):
     actual_pods = rendered.get("StatefulSet", f"{RELEASE}-counter")["spec"]["template"]["metadata"]["annotations"]
     assert actual_pods["checksum/config"] != counter_pods["checksum/config"]
     counter_pods["checksum/config"] = actual_pods["checksum/config"]
+    # The gateway has no message-svc behind it: an empty URL (its message routes answer 501).
+    if ("ConfigMap", f"{RELEASE}-gateway") in expected:
+        expected[("ConfigMap", f"{RELEASE}-gateway")]["data"]["SG_UPSTREAM__MESSAGE_URL"] = ""
+        pods = lambda objs: objs[("Deployment", f"{RELEASE}-gateway")]["spec"]["template"]["metadata"]["annotations"]
+        actual = {(o["kind"], o["metadata"]["name"]): o for o in rendered.objects}
+        assert pods(actual)["checksum/config"] != pods(expected)["checksum/config"]
+        pods(expected)["checksum/config"] = pods(actual)["checksum/config"]
     # relation-svc's network policy no longer admits message-svc (which asked it about blocks).
     relation_policy = expected.get(("NetworkPolicy", f"{RELEASE}-relation"))
     if relation_policy:
@@ -437,8 +444,8 @@ def test_pdb_service_monitor_and_network_policy():
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "admin" and endpoint["path"] == "/metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    # On the gRPC port counter-svc's pods (the unread counters) and the named callers, only
-    # metricsFrom on the admin port.
+    # On the gRPC port counter-svc's pods (the unread counters), the gateway's (the message
+    # routes) and the named callers, only metricsFrom on the admin port.
     policy = rendered.get("NetworkPolicy", NAME)
     assert all(labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
     assert all(len(r["ports"]) == 1 for r in policy["spec"]["ingress"])
@@ -446,20 +453,22 @@ def test_pdb_service_monitor_and_network_policy():
     counter_peer = {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "counter",
                                                     "app.kubernetes.io/instance": RELEASE,
                                                     "app.kubernetes.io/name": "socialgraph"}}}
-    assert rules == {"grpc": [counter_peer] + values[MESSAGE]["networkPolicy"]["allowFrom"],
+    gateway_peer = {"podSelector": {"matchLabels": {**counter_peer["podSelector"]["matchLabels"],
+                                                    "app.kubernetes.io/component": GATEWAY}}}
+    assert rules == {"grpc": [counter_peer, gateway_peer] + values[MESSAGE]["networkPolicy"]["allowFrom"],
                      "admin": values["networkPolicy"]["metricsFrom"]}
-    # That peer is counter-svc's pods and no other component's.
-    selected = {n for n in chartlib.COMPONENTS
-                if all(rendered.workload(n)["spec"]["template"]["metadata"]["labels"].get(k) == v
-                       for k, v in counter_peer["podSelector"]["matchLabels"].items())}
-    assert selected == {"counter"}
-    # Without named callers only counter-svc is admitted, and only to the gRPC port.
+    # Each peer is its component's pods and no other component's.
+    for peer, component in ((counter_peer, "counter"), (gateway_peer, GATEWAY)):
+        selected = {n for n in chartlib.COMPONENTS
+                    if all(rendered.workload(n)["spec"]["template"]["metadata"]["labels"].get(k) == v
+                           for k, v in peer["podSelector"]["matchLabels"].items())}
+        assert selected == {component}
+    # Without named callers only counter-svc and the gateway are admitted, only to the gRPC port.
     nobody = render({"networkPolicy": {"enabled": True}})
     assert nobody.get("NetworkPolicy", NAME)["spec"]["ingress"] == [
-        {"ports": [{"port": "grpc", "protocol": "TCP"}], "from": [counter_peer]}]
-    # Without counter-svc, nothing of the chart calls message-svc: nobody is admitted.
-    alone = render({"networkPolicy": {"enabled": True}, "counter": {"enabled": False},
-                    GATEWAY: {"upstream": {"counterUrl": "http://counter.graph:50053"}}})
+        {"ports": [{"port": "grpc", "protocol": "TCP"}], "from": [counter_peer, gateway_peer]}]
+    # Without counter-svc and the gateway, nothing of the chart calls message-svc: nobody is admitted.
+    alone = render({"networkPolicy": {"enabled": True}, "counter": {"enabled": False}, GATEWAY: {"enabled": False}})
     assert alone.get("NetworkPolicy", NAME)["spec"]["ingress"] == []
     # No other policy but relation-svc's (blocks) admits message-svc's pods as a caller.
     for other in nobody.of_kind("NetworkPolicy"):

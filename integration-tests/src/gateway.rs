@@ -58,18 +58,33 @@ pub async fn spawn_gateway(mesh: &Mesh, tweak: impl FnOnce(&mut GatewayConfig)) 
     config.upstream.relation_url = format!("http://{}", mesh.relation.addr);
     config.upstream.projection_url = format!("http://{}", mesh.projection.addr);
     config.upstream.counter_url = format!("http://{}", mesh.counter.addr);
+    config.upstream.message_url = String::new();
     tweak(&mut config);
+    spawn_gateway_with(config).await
+}
+
+/// Starts the gateway with `config` (its listen addresses replaced by free loopback ports).
+///
+/// # Errors
+/// It did not start.
+pub async fn spawn_gateway_with(config: GatewayConfig) -> anyhow::Result<GatewaySvc> {
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (base, admin_base) = (format!("http://{}", http.local_addr()?), format!("http://{}", admin.local_addr()?));
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(socialgraph_gateway::run(config, http, admin, shutdown.clone()));
     let client = reqwest::Client::new();
-    socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the gateway to be ready", || {
-        let (client, url) = (&client, format!("{admin_base}/ready"));
-        async move { Ok(client.get(url).send().await.ok().filter(|r| r.status().is_success()).map(|_| ())) }
+    let ready = socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the gateway to be ready", || {
+        let (client, url, ended) = (&client, format!("{admin_base}/ready"), task.is_finished());
+        async move {
+            anyhow::ensure!(!ended, "the gateway stopped before it was ready");
+            Ok(client.get(url).send().await.ok().filter(|r| r.status().is_success()).map(|_| ()))
+        }
     })
-    .await?;
+    .await;
+    if let Err(e) = ready {
+        return Err(if task.is_finished() { task.await?.err().unwrap_or(e) } else { e });
+    }
     let routes = socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?;
     Ok(GatewaySvc { base, admin: admin_base, shutdown, task, called: Mutex::new(BTreeSet::new()), routes, client })
 }

@@ -184,6 +184,7 @@ SG_HTTP__CORS_MAX_AGE_SECS: {{ $http.corsMaxAgeSecs | int64 | quote }}
 SG_UPSTREAM__RELATION_URL: {{ default (include "socialgraph.serviceUrl" (list $root "relation")) $up.relationUrl | quote }}
 SG_UPSTREAM__PROJECTION_URL: {{ default (include "socialgraph.serviceUrl" (list $root "projection")) $up.projectionUrl | quote }}
 SG_UPSTREAM__COUNTER_URL: {{ default (include "socialgraph.serviceUrl" (list $root "counter")) $up.counterUrl | quote }}
+SG_UPSTREAM__MESSAGE_URL: {{ default (ternary (include "socialgraph.serviceUrl" (list $root "message")) "" $root.Values.message.enabled) $up.messageUrl | quote }}
 SG_UPSTREAM__CHANNELS: {{ $up.channels | int64 | quote }}
 SG_UPSTREAM__CONNECT_TIMEOUT_MS: {{ $up.connectTimeoutMs | int64 | quote }}
 {{ include "socialgraph.telemetryConfig" . }}

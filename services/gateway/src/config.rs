@@ -64,6 +64,8 @@ pub struct UpstreamSettings {
     pub projection_url: String,
     /// gRPC URL of counter-svc.
     pub counter_url: String,
+    /// gRPC URL of message-svc; empty: no message-svc behind the gateway (its routes answer 501).
+    pub message_url: String,
     /// HTTP/2 connections kept to each service, used in turn.
     pub channels: usize,
     /// Longest wait to connect to a service.
@@ -76,6 +78,7 @@ impl Default for UpstreamSettings {
             relation_url: "http://127.0.0.1:50051".into(),
             projection_url: "http://127.0.0.1:50052".into(),
             counter_url: "http://127.0.0.1:50053".into(),
+            message_url: "http://127.0.0.1:50054".into(),
             channels: 4,
             connect_timeout_ms: 2_000,
         }
@@ -121,6 +124,9 @@ impl Config {
         check_upstream("upstream.relation_url", &self.upstream.relation_url)?;
         check_upstream("upstream.projection_url", &self.upstream.projection_url)?;
         check_upstream("upstream.counter_url", &self.upstream.counter_url)?;
+        if !self.upstream.message_url.is_empty() {
+            check_upstream("upstream.message_url", &self.upstream.message_url)?;
+        }
         let origins = &self.http.cors_allowed_origins;
         if origins.iter().any(|o| o == "*") {
             anyhow::ensure!(origins.len() == 1, "http.cors_allowed_origins: \"*\" allows every origin and stands alone");

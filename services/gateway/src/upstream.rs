@@ -74,12 +74,14 @@ impl Pool {
     }
 }
 
-/// The pools of the three services, by gRPC service full name.
+/// The pools of the four services, by gRPC service full name.
 #[derive(Clone)]
 pub struct Upstreams {
     relation: Pool,
     projection: Pool,
     counter: Pool,
+    /// `None` when no message-svc is configured.
+    message: Option<Pool>,
 }
 
 impl Upstreams {
@@ -93,16 +95,33 @@ impl Upstreams {
             relation: Pool::new(&settings.relation_url, settings).context("upstream.relation_url")?,
             projection: Pool::new(&settings.projection_url, settings).context("upstream.projection_url")?,
             counter: Pool::new(&settings.counter_url, settings).context("upstream.counter_url")?,
+            message: match settings.message_url.as_str() {
+                "" => None,
+                url => Some(Pool::new(url, settings).context("upstream.message_url")?),
+            },
         })
     }
 
-    /// The pool serving the gRPC service `full_name`, if it is one of the mesh's.
+    /// Whether `full_name` is one of the mesh's gRPC services (configured or not).
+    pub fn knows(full_name: &str) -> bool {
+        matches!(
+            full_name,
+            "socialgraph.relation.v1.RelationService"
+                | "socialgraph.projection.v1.ProjectionService"
+                | "socialgraph.feed.v1.FeedService"
+                | "socialgraph.counter.v1.CounterService"
+                | "socialgraph.message.v1.MessageService"
+        )
+    }
+
+    /// The pool serving the gRPC service `full_name`, if it is one of the mesh's and configured.
     pub fn for_service(&self, full_name: &str) -> Option<&Pool> {
         match full_name {
             "socialgraph.relation.v1.RelationService" => Some(&self.relation),
             // FeedService is served by projection-svc beside ProjectionService.
             "socialgraph.projection.v1.ProjectionService" | "socialgraph.feed.v1.FeedService" => Some(&self.projection),
             "socialgraph.counter.v1.CounterService" => Some(&self.counter),
+            "socialgraph.message.v1.MessageService" => self.message.as_ref(),
             _ => None,
         }
     }

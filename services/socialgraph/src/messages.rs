@@ -142,9 +142,11 @@ fn sent_at(m: &pb::Message) -> String {
 }
 
 fn message_json(m: &pb::Message) -> serde_json::Value {
+    let edited_at = m.edited_at.as_ref().map(socialgraph_domain::timestamp_to_ms).map(output::rfc3339);
     json!({
         "message_id": m.message_id, "conversation_id": m.conversation_id, "seq": m.seq, "sender_id": m.sender_id,
         "client_message_id": m.client_message_id, "body": String::from_utf8_lossy(&m.body), "sent_at": sent_at(m),
+        "edited_at": edited_at,
     })
 }
 
@@ -229,7 +231,8 @@ pub async fn messages(endpoints: &Endpoints, user_id: i64, conversation_id: i64,
         return Ok(());
     }
     for m in &rows {
-        out!("{:>12}  #{:<6}  {}  from {:>10}: {}", m.message_id, m.seq, sent_at(m), m.sender_id, String::from_utf8_lossy(&m.body));
+        let edited = if m.edited_at.is_some() { " (edited)" } else { "" };
+        out!("{:>12}  #{:<6}  {}  from {:>10}: {}{edited}", m.message_id, m.seq, sent_at(m), m.sender_id, String::from_utf8_lossy(&m.body));
     }
     if !token.is_empty() {
         out!("next page token: {token}");
@@ -249,5 +252,51 @@ pub async fn read(endpoints: &Endpoints, user_id: i64, conversation_id: i64, up_
     } else {
         out!("{}: read up to #{}, {} unread", if r.changed { "moved" } else { "unchanged" }, r.read_seq, r.unread_count);
     }
+    Ok(())
+}
+
+/// Prints whether a change happened (`what` when it did, `unchanged` when it did not).
+fn changed(what: &str, changed: bool, json: bool) {
+    if json {
+        print_json(&json!({ "changed": changed }));
+    } else {
+        out!("{}", if changed { what } else { "unchanged" });
+    }
+}
+
+/// `delete-message USER MESSAGE`: USER (its sender) deletes MESSAGE.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn delete(endpoints: &Endpoints, user_id: i64, message_id: i64, json: bool) -> CliResult<()> {
+    let req = pb::DeleteMessageRequest { user_id, message_id };
+    let r = endpoints.message().await?.delete_message(req).await.map_err(|s| CliError::rpc(MESSAGE, s))?.into_inner();
+    changed("deleted", r.changed, json);
+    Ok(())
+}
+
+/// `edit-message USER MESSAGE BODY`: USER (its sender) replaces MESSAGE's body.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn edit(endpoints: &Endpoints, user_id: i64, message_id: i64, body: String, json: bool) -> CliResult<()> {
+    let req = pb::EditMessageRequest { user_id, message_id, body: body.into_bytes() };
+    let r = endpoints.message().await?.edit_message(req).await.map_err(|s| CliError::rpc(MESSAGE, s))?.into_inner();
+    if json {
+        print_json(&json!({ "changed": r.changed, "message": r.message.as_ref().map(message_json) }));
+    } else {
+        changed("edited", r.changed, json);
+    }
+    Ok(())
+}
+
+/// `rename-group USER CONVERSATION TITLE`: USER (a member) renames the group.
+///
+/// # Errors
+/// Connection and RPC errors.
+pub async fn rename(endpoints: &Endpoints, user_id: i64, conversation_id: i64, title: String, json: bool) -> CliResult<()> {
+    let req = pb::RenameGroupRequest { user_id, conversation_id, title };
+    let r = endpoints.message().await?.rename_group(req).await.map_err(|s| CliError::rpc(MESSAGE, s))?.into_inner();
+    changed("renamed", r.changed, json);
     Ok(())
 }

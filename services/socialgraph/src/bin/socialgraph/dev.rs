@@ -78,6 +78,7 @@ fn gateway_config(dev: &socialgraph_embedded::DevConfig) -> socialgraph_gateway:
     c.upstream.relation_url = url(dev.relation_addr);
     c.upstream.projection_url = url(dev.projection_addr);
     c.upstream.counter_url = url(dev.counter_addr);
+    c.upstream.message_url = url(dev.message_addr);
     c.http.cors_allowed_origins = vec!["*".into()];
     c
 }
