@@ -130,7 +130,7 @@ pub type Entry = (i64, i64, i64);
 pub async fn whole_timeline(client: &mut FeedServiceClient<Channel>, user_id: i64, page_size: i32) -> anyhow::Result<Vec<Entry>> {
     let (mut out, mut token) = (Vec::new(), String::new());
     loop {
-        let page = client.get_timeline(GetTimelineRequest { user_id, page_size, page_token: token }).await?.into_inner();
+        let page = client.get_timeline(GetTimelineRequest { user_id, page_size, page_token: token, ..Default::default() }).await?.into_inner();
         let ms = |p: &socialgraph_proto::feed::v1::TimelinePost| p.created_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default();
         out.extend(page.posts.iter().map(|p| (p.post_id, p.author_id, ms(p))));
         if page.next_page_token.is_empty() {

@@ -133,7 +133,8 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     assert_eq!((status.code(), reason(status).as_str()), (Code::FailedPrecondition, "POST_ID_TAKEN"));
     let bad = publish(&mut feed, 0, 5, T0).await.unwrap_err();
     assert_eq!(bad.downcast_ref::<tonic::Status>().map(tonic::Status::code), Some(Code::InvalidArgument));
-    let token = feed.get_timeline(GetTimelineRequest { user_id: 1, page_size: 1, page_token: "garbage".into() }).await.unwrap_err();
+    let token =
+        feed.get_timeline(GetTimelineRequest { user_id: 1, page_size: 1, page_token: "garbage".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!((token.code(), reason(&token).as_str()), (Code::InvalidArgument, "BAD_PAGE_TOKEN"));
     let future = socialgraph_domain::now_ms() + 86_400_000;
     let late = publish(&mut feed, 10, 140, future).await.unwrap_err();
@@ -147,10 +148,13 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     d.check(users.clone(), "a repeated publish, a refused one, a deleted post published again").await?;
 
     // Paging while posts arrive: the next page continues strictly after the last entry seen.
-    let first = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 2, page_token: String::new() }).await?.into_inner();
+    let first = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 2, ..Default::default() }).await?.into_inner();
     d.post(10, 130, T0 + 20_000).await?;
     d.mesh.settle(SETTLE).await?;
-    let second = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 50, page_token: first.next_page_token }).await?.into_inner();
+    let second = feed
+        .get_timeline(GetTimelineRequest { user_id: 2, page_size: 50, page_token: first.next_page_token, ..Default::default() })
+        .await?
+        .into_inner();
     let ids: Vec<i64> = first.posts.iter().chain(&second.posts).map(|p| p.post_id).collect();
     let expected: Vec<i64> = d.model.timeline(2).iter().map(|e| e.0).filter(|id| *id != 130).collect();
     assert_eq!(ids, expected, "pages neither repeat nor skip while a newer post arrives");

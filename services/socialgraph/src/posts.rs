@@ -134,7 +134,7 @@ pub async fn timeline(endpoints: &Endpoints, user_id: i64, page_size: i32, token
     let mut client = endpoints.feed().await?;
     let (mut posts, mut token) = (Vec::new(), token);
     loop {
-        let req = GetTimelineRequest { user_id, page_size, page_token: token };
+        let req = GetTimelineRequest { user_id, page_size, page_token: token, ..Default::default() };
         let page = client.get_timeline(req).await.map_err(|s| CliError::rpc(PROJECTION, s))?.into_inner();
         posts.extend(page.posts);
         token = page.next_page_token;
