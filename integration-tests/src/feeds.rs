@@ -1,13 +1,15 @@
 //! Feed test helpers: a relation-svc with projection-svc replicas in chosen feed modes, each on
 //! its own database, all consuming one relation topic and one content topic; waiting for them;
-//! whole timelines; and the brute-force timeline they must equal.
+//! whole timelines and single pages; the brute-force timeline they must equal; and a driver
+//! that writes to the mesh and the model together.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use socialgraph_projection::feed::FeedSettings;
 use socialgraph_proto::feed::v1::feed_service_client::FeedServiceClient;
-use socialgraph_proto::feed::v1::{GetTimelineRequest, PublishPostRequest};
+use socialgraph_proto::feed::v1::{DeletePostRequest, GetTimelineRequest, PublishPostRequest, TimelinePost};
+use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::{Backend, TestDb};
 use tonic::transport::Channel;
 
@@ -123,6 +125,20 @@ impl FeedMesh {
 /// A post of a timeline: (post id, author id, created ms).
 pub type Entry = (i64, i64, i64);
 
+/// A listed post as an [`Entry`].
+pub fn entry_of(p: &TimelinePost) -> Entry {
+    (p.post_id, p.author_id, p.created_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default())
+}
+
+/// One GetTimeline page: its posts and next page token.
+///
+/// # Errors
+/// The RPC failed.
+pub async fn timeline_page(client: &mut FeedServiceClient<Channel>, req: GetTimelineRequest) -> Result<(Vec<Entry>, String), tonic::Status> {
+    let page = client.get_timeline(req).await?.into_inner();
+    Ok((page.posts.iter().map(entry_of).collect(), page.next_page_token))
+}
+
 /// Every page of `user_id`'s timeline with pages of `page_size`, newest first.
 ///
 /// # Errors
@@ -130,13 +146,12 @@ pub type Entry = (i64, i64, i64);
 pub async fn whole_timeline(client: &mut FeedServiceClient<Channel>, user_id: i64, page_size: i32) -> anyhow::Result<Vec<Entry>> {
     let (mut out, mut token) = (Vec::new(), String::new());
     loop {
-        let page = client.get_timeline(GetTimelineRequest { user_id, page_size, page_token: token }).await?.into_inner();
-        let ms = |p: &socialgraph_proto::feed::v1::TimelinePost| p.created_at.as_ref().map(socialgraph_domain::timestamp_to_ms).unwrap_or_default();
-        out.extend(page.posts.iter().map(|p| (p.post_id, p.author_id, ms(p))));
-        if page.next_page_token.is_empty() {
+        let (posts, next) = timeline_page(client, GetTimelineRequest { user_id, page_size, page_token: token, ..Default::default() }).await?;
+        out.extend(posts);
+        if next.is_empty() {
             return Ok(out);
         }
-        token = page.next_page_token;
+        token = next;
     }
 }
 
@@ -173,5 +188,82 @@ impl FeedModel {
             .collect();
         out.sort_by_key(|e| std::cmp::Reverse((e.2, e.0)));
         out
+    }
+
+    /// The entries of `user_id`'s timeline strictly newer than `after` (created ms, post id),
+    /// oldest first: what the walk up from a post must list.
+    pub fn newer(&self, user_id: i64, after: (i64, i64)) -> Vec<Entry> {
+        let mut out: Vec<Entry> = self.timeline(user_id).into_iter().filter(|e| (e.2, e.0) > after).collect();
+        out.reverse();
+        out
+    }
+}
+
+/// How long a [`Driver`] waits for the mesh to settle.
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// The mesh's write side and the model kept beside it.
+pub struct Driver {
+    /// The mesh written to.
+    pub mesh: FeedMesh,
+    /// What its timelines must show.
+    pub model: FeedModel,
+}
+
+impl Driver {
+    /// `a` follows `b`.
+    ///
+    /// # Errors
+    /// The RPC failed.
+    pub async fn follow(&mut self, a: i64, b: i64) -> anyhow::Result<()> {
+        self.mesh.relation.client().await?.follow(FollowRequest { follower_id: a, followee_id: b }).await?;
+        self.model.follows.insert((a, b));
+        Ok(())
+    }
+
+    /// `a` unfollows `b`.
+    ///
+    /// # Errors
+    /// The RPC failed.
+    pub async fn unfollow(&mut self, a: i64, b: i64) -> anyhow::Result<()> {
+        self.mesh.relation.client().await?.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?;
+        self.model.follows.remove(&(a, b));
+        Ok(())
+    }
+
+    /// `author` publishes post `id` at `at_ms`.
+    ///
+    /// # Errors
+    /// The RPC failed.
+    pub async fn post(&mut self, author: i64, id: i64, at_ms: i64) -> anyhow::Result<()> {
+        publish(&mut self.mesh.feed(0).await?, author, id, at_ms).await?;
+        self.model.posts.insert(id, (author, at_ms));
+        Ok(())
+    }
+
+    /// `author` deletes post `id`.
+    ///
+    /// # Errors
+    /// The RPC failed.
+    pub async fn delete(&mut self, author: i64, id: i64) -> anyhow::Result<()> {
+        self.mesh.feed(0).await?.delete_post(DeletePostRequest { author_id: author, post_id: id }).await?;
+        self.model.posts.remove(&id);
+        Ok(())
+    }
+
+    /// Settles, then compares every user's whole timeline, read with several page sizes.
+    ///
+    /// # Errors
+    /// The mesh did not settle or an RPC failed; a difference panics.
+    pub async fn check(&self, users: impl IntoIterator<Item = i64>, when: &str) -> anyhow::Result<()> {
+        self.mesh.settle(SETTLE).await?;
+        let mut client = self.mesh.feed(0).await?;
+        for u in users {
+            let want = self.model.timeline(u);
+            for size in [1, 3, 50] {
+                assert_eq!(whole_timeline(&mut client, u, size).await?, want, "{when}: user {u}'s timeline (pages of {size})");
+            }
+        }
+        Ok(())
     }
 }

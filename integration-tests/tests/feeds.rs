@@ -14,57 +14,12 @@ use socialgraph_proto::events::v1::ContentEvent;
 use socialgraph_proto::feed::v1::{DeletePostRequest, GetTimelineRequest, RebuildInboxesRequest, rebuild_inboxes_request};
 use socialgraph_proto::projection::v1::projection_service_client::ProjectionServiceClient;
 use socialgraph_proto::projection::v1::{RebuildRequest, rebuild_request};
-use socialgraph_proto::relation::v1::{BlockRequest, FollowRequest, ImportEdge, ImportFollowsRequest, MuteRequest, UnfollowRequest};
+use socialgraph_proto::relation::v1::{BlockRequest, ImportEdge, ImportFollowsRequest, MuteRequest};
 use socialgraph_testkit::{Backend, kafka};
 use tonic::Code;
 
 const SETTLE: Duration = Duration::from_secs(120);
 const T0: i64 = 1_700_000_000_000;
-
-/// The mesh's write side and the model kept beside it.
-struct Driver {
-    mesh: FeedMesh,
-    model: FeedModel,
-}
-
-impl Driver {
-    async fn follow(&mut self, a: i64, b: i64) -> anyhow::Result<()> {
-        self.mesh.relation.client().await?.follow(FollowRequest { follower_id: a, followee_id: b }).await?;
-        self.model.follows.insert((a, b));
-        Ok(())
-    }
-
-    async fn unfollow(&mut self, a: i64, b: i64) -> anyhow::Result<()> {
-        self.mesh.relation.client().await?.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await?;
-        self.model.follows.remove(&(a, b));
-        Ok(())
-    }
-
-    async fn post(&mut self, author: i64, id: i64, at_ms: i64) -> anyhow::Result<()> {
-        publish(&mut self.mesh.feed(0).await?, author, id, at_ms).await?;
-        self.model.posts.insert(id, (author, at_ms));
-        Ok(())
-    }
-
-    async fn delete(&mut self, author: i64, id: i64) -> anyhow::Result<()> {
-        self.mesh.feed(0).await?.delete_post(DeletePostRequest { author_id: author, post_id: id }).await?;
-        self.model.posts.remove(&id);
-        Ok(())
-    }
-
-    /// Settles, then compares every user's whole timeline, read with several page sizes.
-    async fn check(&self, users: impl IntoIterator<Item = i64>, when: &str) -> anyhow::Result<()> {
-        self.mesh.settle(SETTLE).await?;
-        let mut client = self.mesh.feed(0).await?;
-        for u in users {
-            let want = self.model.timeline(u);
-            for size in [1, 3, 50] {
-                assert_eq!(whole_timeline(&mut client, u, size).await?, want, "{when}: user {u}'s timeline (pages of {size})");
-            }
-        }
-        Ok(())
-    }
-}
 
 fn hybrid(threshold: i64) -> FeedSettings {
     FeedSettings { mode: FeedMode::Hybrid, pull_threshold: threshold, inbox_size: 4, fanout_batch: 2, ..FeedSettings::default() }
@@ -133,7 +88,8 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     assert_eq!((status.code(), reason(status).as_str()), (Code::FailedPrecondition, "POST_ID_TAKEN"));
     let bad = publish(&mut feed, 0, 5, T0).await.unwrap_err();
     assert_eq!(bad.downcast_ref::<tonic::Status>().map(tonic::Status::code), Some(Code::InvalidArgument));
-    let token = feed.get_timeline(GetTimelineRequest { user_id: 1, page_size: 1, page_token: "garbage".into() }).await.unwrap_err();
+    let token =
+        feed.get_timeline(GetTimelineRequest { user_id: 1, page_size: 1, page_token: "garbage".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!((token.code(), reason(&token).as_str()), (Code::InvalidArgument, "BAD_PAGE_TOKEN"));
     let future = socialgraph_domain::now_ms() + 86_400_000;
     let late = publish(&mut feed, 10, 140, future).await.unwrap_err();
@@ -147,10 +103,13 @@ async fn every_rule_holds(backend: Backend) -> anyhow::Result<()> {
     d.check(users.clone(), "a repeated publish, a refused one, a deleted post published again").await?;
 
     // Paging while posts arrive: the next page continues strictly after the last entry seen.
-    let first = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 2, page_token: String::new() }).await?.into_inner();
+    let first = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 2, ..Default::default() }).await?.into_inner();
     d.post(10, 130, T0 + 20_000).await?;
     d.mesh.settle(SETTLE).await?;
-    let second = feed.get_timeline(GetTimelineRequest { user_id: 2, page_size: 50, page_token: first.next_page_token }).await?.into_inner();
+    let second = feed
+        .get_timeline(GetTimelineRequest { user_id: 2, page_size: 50, page_token: first.next_page_token, ..Default::default() })
+        .await?
+        .into_inner();
     let ids: Vec<i64> = first.posts.iter().chain(&second.posts).map(|p| p.post_id).collect();
     let expected: Vec<i64> = d.model.timeline(2).iter().map(|e| e.0).filter(|id| *id != 130).collect();
     assert_eq!(ids, expected, "pages neither repeat nor skip while a newer post arrives");

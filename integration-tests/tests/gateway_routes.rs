@@ -135,6 +135,20 @@ async fn feed_routes(gw: &GatewaySvc) -> anyhow::Result<()> {
     // Once the post is recorded, its id is 13's.
     let taken = gw.call(Method::POST, "/v1/users/12/posts/900", Some(json!({}))).await?;
     assert_eq!((taken.status, taken.reason()), (409, "POST_ID_TAKEN".to_owned()), "{}", taken.json);
+    // Catching up from post 900: the walks come from the query parameters.
+    ok(gw, Method::POST, "/v1/users/13/posts/901", Some(json!({"createdAt": "2026-01-02T03:04:06Z"}))).await?;
+    socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the newer post to reach the timeline", || async {
+        let up = ok(gw, Method::GET, "/v1/users/11/timeline?min_post_id=900&page_size=1", None).await?;
+        Ok((ids(&up["posts"], "postId") == ["901"]).then_some(()))
+    })
+    .await?;
+    let down = ok(gw, Method::GET, "/v1/users/11/timeline?since_post_id=900", None).await?;
+    assert_eq!(ids(&down["posts"], "postId"), ["901"], "{down}");
+    let both = gw.call(Method::GET, "/v1/users/11/timeline?min_post_id=900&since_post_id=900", None).await?;
+    assert_eq!(both.status, 400, "{}", both.json);
+    let unknown = gw.call(Method::GET, "/v1/users/11/timeline?min_post_id=899", None).await?;
+    assert_eq!((unknown.status, unknown.reason()), (400, "UNKNOWN_POST".to_owned()), "{}", unknown.json);
+    ok(gw, Method::DELETE, "/v1/users/13/posts/901", None).await?;
     ok(gw, Method::DELETE, "/v1/users/13/posts/900", None).await?;
     let bad = gw.call(Method::GET, "/v1/users/0/timeline", None).await?;
     assert_eq!(bad.status, 400, "{}", bad.json);

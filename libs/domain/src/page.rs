@@ -2,8 +2,10 @@
 //!
 //! A token names the list it belongs to (kind and owner ids) and the last entry returned
 //! (`followed_at_ms`, `peer_id`); lists are ordered by that pair descending, so the next page is
-//! "strictly below the cursor". The bytes are authenticated with HMAC-SHA256 (RFC 2104) under a
-//! key every replica shares, so a token edited by hand, or taken from another list, is refused.
+//! "strictly below the cursor" (the walk up a timeline, [`ListKind::TimelineMin`], is the one
+//! list in ascending order: its next page is strictly above). The bytes are authenticated with
+//! HMAC-SHA256 (RFC 2104) under a key every replica shares, so a token edited by hand, or taken
+//! from another list, is refused.
 //! Encoding: URL-safe base64 without padding of `version(1) kind(1) a(8) b(8) ts(8) peer(8)
 //! mac(16)`, integers big-endian.
 
@@ -62,9 +64,16 @@ pub enum ListKind {
     Conversations = 11,
     /// `ListMessages(user_id, conversation_id)` (cursor: sequence and message id).
     Messages = 12,
+    /// `GetTimeline(user_id, min_post_id)`: the walk up from a post, oldest first (cursor: post
+    /// time and post id; the second owner id is the post the walk started from).
+    TimelineMin = 13,
+    /// `GetTimeline(user_id, since_post_id)`: newest first down to a post (cursor as above; the
+    /// second owner id is the post that ends the walk).
+    TimelineSince = 14,
 }
 
-/// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`) descending.
+/// The last entry of a page: lists are ordered by (`followed_at_ms`, `peer_id`), descending but
+/// for [`ListKind::TimelineMin`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
     /// Follow time of the last entry returned, ms since the epoch.
@@ -236,6 +245,17 @@ mod tests {
         assert_eq!(key.decode(&s, ListKind::Followers, 42, 0), Err(PageTokenError::WrongList));
         assert_eq!(key.decode(&s, ListKind::Following, 43, 0), Err(PageTokenError::WrongList));
         assert_eq!(PageTokenKey::new(b"other").decode(&s, ListKind::Following, 42, 0), Err(PageTokenError::Tampered));
+    }
+
+    #[test]
+    fn a_timeline_walk_token_fits_only_its_walk_and_post() {
+        let key = PageTokenKey::new(b"k");
+        let cursor = Cursor { followed_at_ms: 5, peer_id: 9 };
+        let up = key.encode(&PageToken { kind: ListKind::TimelineMin, a: 42, b: 7, cursor });
+        assert_eq!(key.decode(&up, ListKind::TimelineMin, 42, 7), Ok(Some(cursor)));
+        for (kind, b) in [(ListKind::TimelineMin, 8), (ListKind::TimelineSince, 7), (ListKind::Timeline, 0), (ListKind::Timeline, 7)] {
+            assert_eq!(key.decode(&up, kind, 42, b), Err(PageTokenError::WrongList), "{kind:?} from post {b}");
+        }
     }
 
     #[test]

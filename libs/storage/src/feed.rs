@@ -1,7 +1,8 @@
 //! The feed tables (`post`, `inbox`, `inbox_state`, `fanout`; see the migration
 //! `m20261202_000001_create_feed` for their shapes). Ids and times are integers, written into
 //! the statements, so one text serves PostgreSQL, MySQL/MariaDB and SQLite. Timeline order is
-//! (`created_at_ms`, `post_id`) descending everywhere.
+//! (`created_at_ms`, `post_id`): "older" and "newer" below mean lower and higher in it. The reads
+//! of a timeline's parts are in [`crate::timeline`].
 
 use std::collections::HashMap;
 
@@ -63,17 +64,22 @@ pub struct InboxState {
     pub floor: FeedKey,
 }
 
-fn ids(values: impl IntoIterator<Item = i64>) -> String {
+pub(crate) fn ids(values: impl IntoIterator<Item = i64>) -> String {
     values.into_iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// `col` strictly before `k` in timeline order (older).
-fn older_than(alias: &str, k: FeedKey) -> String {
+pub(crate) fn older_than(alias: &str, k: FeedKey) -> String {
     format!("({alias}.created_at_ms < {ms} OR ({alias}.created_at_ms = {ms} AND {alias}.post_id < {p}))", ms = k.created_at_ms, p = k.post_id)
 }
 
+/// `col` strictly after `k` in timeline order (newer).
+pub(crate) fn newer_than(alias: &str, k: FeedKey) -> String {
+    format!("({alias}.created_at_ms > {ms} OR ({alias}.created_at_ms = {ms} AND {alias}.post_id > {p}))", ms = k.created_at_ms, p = k.post_id)
+}
+
 /// `col` at or after `k` in timeline order.
-fn not_older_than(alias: &str, k: FeedKey) -> String {
+pub(crate) fn not_older_than(alias: &str, k: FeedKey) -> String {
     format!("({alias}.created_at_ms > {ms} OR ({alias}.created_at_ms = {ms} AND {alias}.post_id >= {p}))", ms = k.created_at_ms, p = k.post_id)
 }
 
@@ -382,57 +388,6 @@ pub async fn author_posts<C: ConnectionTrait>(
         sql.push_str(&format!(" AND {}", older_than("p", b)));
     }
     sql.push_str(&format!(" ORDER BY p.created_at_ms DESC, p.post_id DESC LIMIT {limit}"));
-    query(conn, sql).await?.iter().map(entry).collect()
-}
-
-/// Which part of a timeline [`timeline_part`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// Inbox rows at or above the floor whose post is live and whose author the user follows.
-    Inbox,
-    /// Pulled live posts of followed authors at or above the floor.
-    Pulled,
-    /// Every live post of followed authors below the floor.
-    BelowFloor,
-}
-
-/// Up to `limit` entries of one part of `user_id`'s timeline, newest first, strictly older
-/// than `before`, leaving out the authors in `muted`.
-///
-/// # Errors
-/// Database errors.
-pub async fn timeline_part<C: ConnectionTrait>(
-    conn: &C,
-    part: Part,
-    user_id: i64,
-    floor: FeedKey,
-    before: Option<FeedKey>,
-    muted: &[i64],
-    limit: usize,
-) -> Result<Vec<FeedEntry>, DbErr> {
-    let mut sql = match part {
-        Part::Inbox => format!(
-            "SELECT i.created_at_ms, i.post_id, i.author_id FROM inbox i \
-             JOIN post p ON p.post_id = i.post_id \
-             JOIN follower f ON f.followee_id = i.author_id AND f.follower_id = i.user_id \
-             WHERE i.user_id = {user_id} AND p.deleted = 0 AND f.state = 1 AND {}",
-            not_older_than("i", floor)
-        ),
-        Part::Pulled | Part::BelowFloor => format!(
-            "SELECT p.created_at_ms, p.post_id, p.author_id FROM follower f \
-             JOIN post p ON p.author_id = f.followee_id \
-             WHERE f.follower_id = {user_id} AND f.state = 1 AND p.deleted = 0 AND {}",
-            if part == Part::Pulled { format!("p.pushed = 0 AND {}", not_older_than("p", floor)) } else { older_than("p", floor) }
-        ),
-    };
-    let alias = if part == Part::Inbox { "i" } else { "p" };
-    if let Some(b) = before {
-        sql.push_str(&format!(" AND {}", older_than(alias, b)));
-    }
-    if !muted.is_empty() {
-        sql.push_str(&format!(" AND {alias}.author_id NOT IN ({})", ids(muted.iter().copied())));
-    }
-    sql.push_str(&format!(" ORDER BY {alias}.created_at_ms DESC, {alias}.post_id DESC LIMIT {limit}"));
     query(conn, sql).await?.iter().map(entry).collect()
 }
 

@@ -18,6 +18,7 @@ pub mod outbox;
 mod pg_bulk;
 pub mod restrictions;
 pub mod stale;
+pub mod timeline;
 pub mod windows;
 
 pub use sea_orm::{DatabaseConnection, DatabaseTransaction, DbBackend, DbErr};

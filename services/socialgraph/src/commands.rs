@@ -341,13 +341,14 @@ pub async fn delete_post(endpoints: &Endpoints, author_id: i64, post_id: i64, js
     Ok(())
 }
 
-/// `timeline USER`: one page (or every page) of the home timeline.
+/// `timeline USER`: one page (or every page) of the home timeline along `walk` (newest first,
+/// or oldest first from a post with `min_post_id`).
 ///
 /// # Errors
 /// Connection and RPC errors.
-pub async fn timeline(endpoints: &Endpoints, user_id: i64, paging: Paging, json: bool) -> CliResult<()> {
+pub async fn timeline(endpoints: &Endpoints, user_id: i64, walk: crate::posts::TimelineWalk, paging: Paging, json: bool) -> CliResult<()> {
     let size = paging.page_size.unwrap_or(if paging.all { 1000 } else { 0 });
-    let (posts, next) = crate::posts::timeline(endpoints, user_id, size, paging.page_token, paging.all).await?;
+    let (posts, next) = crate::posts::timeline(endpoints, user_id, walk, size, paging.page_token, paging.all).await?;
     let at = |p: &socialgraph_proto::feed::v1::TimelinePost| p.created_at.as_ref().map(socialgraph_domain::timestamp_to_ms).map(output::rfc3339);
     if json {
         let items: Vec<_> = posts.iter().map(|p| json!({ "post_id": p.post_id, "author_id": p.author_id, "created_at": at(p) })).collect();

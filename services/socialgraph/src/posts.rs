@@ -126,15 +126,32 @@ pub async fn load_posts(endpoints: &Endpoints, posts: &[Post], concurrency: usiz
     Ok(PostSummary { posts: posts.len() as u64, elapsed_secs, posts_per_sec: posts.len() as f64 / elapsed_secs.max(1e-9) })
 }
 
-/// One page (or, with `all`, every page from `token` on) of `user_id`'s timeline.
+/// Which way a timeline read walks: GetTimeline's `min_post_id` (posts newer than it, oldest
+/// first) or `since_post_id` (newer than it, newest first); both 0 for the newest first walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimelineWalk {
+    /// Walk up from this post (0: unset).
+    pub min_post_id: i64,
+    /// Walk down to this post (0: unset).
+    pub since_post_id: i64,
+}
+
+/// One page (or, with `all`, every page from `token` on) of `user_id`'s timeline along `walk`.
 ///
 /// # Errors
 /// [`CliError::Connect`]; [`CliError::Rpc`].
-pub async fn timeline(endpoints: &Endpoints, user_id: i64, page_size: i32, token: String, all: bool) -> CliResult<(Vec<TimelinePost>, String)> {
+pub async fn timeline(
+    endpoints: &Endpoints,
+    user_id: i64,
+    walk: TimelineWalk,
+    page_size: i32,
+    token: String,
+    all: bool,
+) -> CliResult<(Vec<TimelinePost>, String)> {
     let mut client = endpoints.feed().await?;
     let (mut posts, mut token) = (Vec::new(), token);
     loop {
-        let req = GetTimelineRequest { user_id, page_size, page_token: token };
+        let req = GetTimelineRequest { user_id, page_size, page_token: token, min_post_id: walk.min_post_id, since_post_id: walk.since_post_id };
         let page = client.get_timeline(req).await.map_err(|s| CliError::rpc(PROJECTION, s))?.into_inner();
         posts.extend(page.posts);
         token = page.next_page_token;

@@ -143,7 +143,7 @@ async fn feeds_in(mesh: &FeedMesh, a: &FeedsArgs) -> anyhow::Result<()> {
         let h = timed(users.len(), none, |i| {
             let (mut f, user_id) = (f.clone(), users[i]);
             async move {
-                f.get_timeline(GetTimelineRequest { user_id, page_size: 50, page_token: String::new() }).await?;
+                f.get_timeline(GetTimelineRequest { user_id, page_size: 50, ..Default::default() }).await?;
                 anyhow::Ok(())
             }
         })

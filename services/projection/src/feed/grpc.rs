@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::Feed;
 use super::read::PostPage;
+use super::walk::Walk;
 
 /// The tonic implementation of `socialgraph.feed.v1.FeedService`.
 pub struct FeedGrpc {
@@ -57,7 +58,8 @@ impl FeedService for FeedGrpc {
 
     async fn get_timeline(&self, req: Request<pb::GetTimelineRequest>) -> Result<Response<pb::GetTimelineResponse>, Status> {
         let r = req.into_inner();
-        let (posts, next_page_token) = posts(self.feed.timeline(r.user_id, r.page_size, &r.page_token).await?);
+        let walk = Walk::of(r.min_post_id, r.since_post_id)?;
+        let (posts, next_page_token) = posts(self.feed.timeline(r.user_id, walk, r.page_size, &r.page_token).await?);
         Ok(Response::new(pb::GetTimelineResponse { posts, next_page_token }))
     }
 

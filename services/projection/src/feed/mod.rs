@@ -23,6 +23,7 @@ pub mod grpc;
 pub mod ingest;
 pub mod posts_cache;
 pub mod read;
+pub mod walk;
 
 use std::sync::Arc;
 use std::time::Duration;

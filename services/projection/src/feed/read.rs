@@ -1,21 +1,26 @@
 //! Timeline pages, post lists, the post entry point and inbox rebuilds.
 //!
-//! A timeline page after cursor `c` is the merge of three parts, each read newest first and
-//! strictly older than `c` ([`socialgraph_storage::feed::Part`]): the inbox at or above the
-//! user's floor, the pulled posts of followed authors at or above the floor, and, when those
-//! two do not fill the page, every live post of followed authors below the floor. The parts
-//! are disjoint (a post is pushed or pulled, above or below the floor), so the merge neither
-//! repeats nor misses an entry, and the keyset cursor (`created_at_ms`, `post_id`) makes pages
-//! stable while posts arrive.
+//! A timeline page is the merge of three parts, each read inside the page's
+//! [`Window`] (strictly between two keys, newest or oldest first): the inbox at or above the
+//! user's floor, the pulled posts of followed authors at or above the floor, and every live
+//! post of followed authors below the floor. The parts are disjoint (a post is pushed or
+//! pulled, above or below the floor), so the merge neither repeats nor misses an entry. A page
+//! newest first reads the two parts above the floor first and goes below it only when they do
+//! not fill the page; a page oldest first (the walk up from a post, [`Walk::UpFrom`]) starts
+//! below the floor when its window reaches there. The keyset cursor (`created_at_ms`,
+//! `post_id`) of the last entry makes pages stable while posts arrive: the next page lies
+//! strictly beyond it in the walk's direction.
 
-use socialgraph_domain::{Cursor, ListKind, PageToken, validate_user_id};
+use socialgraph_domain::{Cursor, ListKind, PageToken, Violation, validate_user_id};
 use socialgraph_proto::events::v1::{ContentEvent, ContentEventKind};
 use socialgraph_proto::relation::v1::ListMutesRequest;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult, db_error};
-use socialgraph_storage::feed::{self, FeedEntry, FeedKey, Part};
+use socialgraph_storage::feed::{self, FeedEntry, FeedKey, InboxState};
+use socialgraph_storage::timeline::{Part, Window, timeline_part};
 
 use super::Feed;
+use super::walk::Walk;
 
 /// How far in the future a publish may date its post (clock skew between callers).
 pub const MAX_FUTURE_MS: i64 = 5 * 60 * 1000;
@@ -29,7 +34,7 @@ const MAX_FLOOR_RETRIES: usize = 5;
 /// Rows of a rebuild of every inbox per round.
 const REBUILD_ROUND: usize = 500;
 
-/// One page of posts, newest first.
+/// One page of posts, in the order of the walk that read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostPage {
     /// The posts.
@@ -38,14 +43,16 @@ pub struct PostPage {
     pub next_page_token: String,
 }
 
-fn finish(feed: &Feed, mut posts: Vec<FeedEntry>, size: usize, kind: ListKind, owner: i64) -> PostPage {
+/// Cuts `posts` (one more than `size` when there is a next page) to the page, whose token binds
+/// the list (`kind`, owners `a`, `b`) and continues strictly beyond its last post.
+fn finish(feed: &Feed, mut posts: Vec<FeedEntry>, size: usize, kind: ListKind, a: i64, b: i64) -> PostPage {
     if posts.len() <= size {
         return PostPage { posts, next_page_token: String::new() };
     }
     posts.truncate(size);
     let last = posts[size - 1].key;
     let cursor = Cursor { followed_at_ms: last.created_at_ms, peer_id: last.post_id };
-    PostPage { posts, next_page_token: feed.token_key.encode(&PageToken { kind, a: owner, b: 0, cursor }) }
+    PostPage { posts, next_page_token: feed.token_key.encode(&PageToken { kind, a, b, cursor }) }
 }
 
 fn key_of(c: Option<Cursor>) -> Option<FeedKey> {
@@ -71,44 +78,89 @@ impl Feed {
         }
     }
 
-    /// One page of `user_id`'s home timeline (see the module documentation).
+    /// The timeline position of `post_id` (request field `field`): any post the projection
+    /// recorded, tombstones included.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT for a bad id, size or token; UNAVAILABLE when the database or
-    /// relation-svc fails.
-    pub async fn timeline(&self, user_id: i64, page_size: i32, token: &str) -> ApiResult<PostPage> {
-        let req = page_request(&self.token_key, ListKind::Timeline, &[("user_id", user_id)], page_size, token)?;
-        let before = key_of(req.after);
-        let want = req.size + 1;
-        // The viewer's mutes (relation-svc) and inbox floor (database) at once, then the two
-        // parts above the floor at once. A trim that commits between the floor and the parts
-        // moves the floor up and deletes the rows it passed, which neither part then shows:
-        // the floor is read again after the parts, and the page is read again if it moved.
-        let (muted, state) = tokio::join!(self.mutes(user_id), feed::inbox_state(&self.db, user_id));
-        let (muted, mut state) = (muted?, state.map_err(db_error)?);
+    /// INVALID_ARGUMENT (reason UNKNOWN_POST) for a post id never recorded; UNAVAILABLE when
+    /// the database fails.
+    async fn post_key(&self, field: &str, post_id: i64) -> ApiResult<FeedKey> {
+        let rows = feed::get_posts(&self.db, &[post_id]).await.map_err(db_error)?;
+        rows.get(&post_id).map(|r| r.entry.key).ok_or_else(|| ApiError::InvalidArgument {
+            reason: "UNKNOWN_POST",
+            violations: vec![Violation::new(field, format!("no post {post_id} is recorded, so it has no place in the timeline"))],
+        })
+    }
+
+    /// One page of `user_id`'s home timeline along `walk` (see the module documentation).
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT for a bad id, size or token, or an unknown bound post (reason
+    /// UNKNOWN_POST); UNAVAILABLE when the database or relation-svc fails.
+    pub async fn timeline(&self, user_id: i64, walk: Walk, page_size: i32, token: &str) -> ApiResult<PostPage> {
+        let mut owners = vec![("user_id", user_id)];
+        owners.extend(walk.bound());
+        let req = page_request(&self.token_key, walk.kind(), &owners, page_size, token)?;
+        let cursor = key_of(req.after);
+        // The bound post's position, unless the walk up already continues from a post above it.
+        let bound = async {
+            match walk.bound() {
+                Some((field, id)) if cursor.is_none() || matches!(walk, Walk::DownTo(_)) => self.post_key(field, id).await.map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (muted, state, bound) = tokio::join!(self.mutes(user_id), feed::inbox_state(&self.db, user_id), bound);
+        let (muted, state, bound) = (muted?, state.map_err(db_error)?, bound?);
+        let window = match walk {
+            Walk::Down => Window { after: None, before: cursor, ascending: false },
+            Walk::UpFrom(_) => Window { after: cursor.or(bound), before: None, ascending: true },
+            Walk::DownTo(_) => Window { after: bound, before: cursor, ascending: false },
+        };
+        let posts = self.window_page(user_id, window, &muted, state, req.size + 1).await?;
+        Ok(finish(self, posts, req.size, walk.kind(), user_id, walk.bound().map_or(0, |b| b.1)))
+    }
+
+    /// Up to `want` posts of `user_id`'s timeline inside `window`, in its order: the parts on
+    /// the window's side of the floor first. A trim that commits between reading the floor
+    /// (`state`) and the parts above it moves the floor up and deletes the inbox rows it passed,
+    /// which neither part then shows: the floor is read again after those parts, and the page
+    /// is read again if it moved. The part below the floor reads `post`, which trims leave alone.
+    async fn window_page(&self, user_id: i64, window: Window, muted: &[i64], mut state: InboxState, want: usize) -> ApiResult<Vec<FeedEntry>> {
         let mut attempts = 0;
-        let mut posts = loop {
-            let (inbox, pulled) = tokio::join!(
-                feed::timeline_part(&self.db, Part::Inbox, user_id, state.floor, before, &muted, want),
-                feed::timeline_part(&self.db, Part::Pulled, user_id, state.floor, before, &muted, want),
-            );
-            let mut posts = inbox.map_err(db_error)?;
-            posts.extend(pulled.map_err(db_error)?);
-            let now = feed::inbox_state(&self.db, user_id).await.map_err(db_error)?;
+        loop {
+            let floor = state.floor;
+            let (mut posts, mut read_above) = (Vec::new(), false);
+            for below in if window.ascending { [true, false] } else { [false, true] } {
+                let limit = want - posts.len();
+                if limit == 0 {
+                    break;
+                }
+                if below && window.reaches_below(floor) {
+                    posts.extend(timeline_part(&self.db, Part::BelowFloor, user_id, floor, window, muted, limit).await.map_err(db_error)?);
+                } else if !below && window.reaches_above(floor) {
+                    read_above = true;
+                    let (inbox, pulled) = tokio::join!(
+                        timeline_part(&self.db, Part::Inbox, user_id, floor, window, muted, limit),
+                        timeline_part(&self.db, Part::Pulled, user_id, floor, window, muted, limit),
+                    );
+                    let mut above = inbox.map_err(db_error)?;
+                    above.extend(pulled.map_err(db_error)?);
+                    window.sort(&mut above);
+                    above.dedup_by_key(|e| e.key);
+                    above.truncate(limit);
+                    posts.extend(above);
+                }
+            }
             attempts += 1;
-            if now.floor == state.floor || attempts >= MAX_FLOOR_RETRIES {
-                break posts;
+            if !read_above || attempts >= MAX_FLOOR_RETRIES {
+                return Ok(posts);
+            }
+            let now = feed::inbox_state(&self.db, user_id).await.map_err(db_error)?;
+            if now.floor == floor {
+                return Ok(posts);
             }
             state = now;
-        };
-        posts.sort_by_key(|e| std::cmp::Reverse(e.key));
-        posts.dedup_by_key(|e| e.key);
-        posts.truncate(want);
-        if posts.len() < want && state.floor != FeedKey::MIN {
-            let older = feed::timeline_part(&self.db, Part::BelowFloor, user_id, state.floor, before, &muted, want - posts.len());
-            posts.extend(older.await.map_err(db_error)?);
         }
-        Ok(finish(self, posts, req.size, ListKind::Timeline, user_id))
     }
 
     /// One page of `author_id`'s live posts, newest first: from the cached window of the
@@ -127,7 +179,7 @@ impl Feed {
             Some(posts) => posts,
             None => feed::author_posts(&self.db, author_id, None, FeedKey::MIN, before, want).await.map_err(db_error)?,
         };
-        Ok(finish(self, posts, req.size, ListKind::AuthorPosts, author_id))
+        Ok(finish(self, posts, req.size, ListKind::AuthorPosts, author_id, 0))
     }
 
     /// Appends a PUBLISHED (`published`) or DELETED event of `post_id` by `author_id` at

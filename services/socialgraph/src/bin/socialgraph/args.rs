@@ -216,11 +216,17 @@ pub enum Command {
         #[arg(allow_negative_numbers = true)]
         post_id: i64,
     },
-    /// USER's home timeline, newest post first.
+    /// USER's home timeline, newest post first (oldest first with --min-post).
     Timeline {
         /// The user.
         #[arg(allow_negative_numbers = true)]
         user: i64,
+        /// Catch up from post ID: the posts newer than it, oldest first, paging up to the newest.
+        #[arg(long, value_name = "ID", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..), conflicts_with = "since_post")]
+        min_post: Option<i64>,
+        /// The posts newer than post ID, newest first, paging down to it.
+        #[arg(long, value_name = "ID", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..))]
+        since_post: Option<i64>,
         #[command(flatten)]
         paging: PagingArgs,
     },

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use socialgraph_cli::commands;
+use socialgraph_cli::posts::TimelineWalk;
 use socialgraph_cli::query::ListQuery;
 use socialgraph_cli::writes::{AccountAction, Write};
 use socialgraph_cli::{CliResult, Endpoints};
@@ -43,7 +44,10 @@ async fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Messages(m) => message_args::run(e, m, json).await?,
         Command::Post { author, post_id, at } => commands::post(e, author, post_id, at, json).await?,
         Command::DeletePost { author, post_id } => commands::delete_post(e, author, post_id, json).await?,
-        Command::Timeline { user, paging } => commands::timeline(e, user, paging.into(), json).await?,
+        Command::Timeline { user, min_post, since_post, paging } => {
+            let walk = TimelineWalk { min_post_id: min_post.unwrap_or(0), since_post_id: since_post.unwrap_or(0) };
+            commands::timeline(e, user, walk, paging.into(), json).await?
+        }
         Command::Following { user, paging } => commands::list(e, ListQuery::Following { user_id: user }, paging.into(), json).await?,
         Command::Followers { user, paging } => commands::list(e, ListQuery::Followers { user_id: user }, paging.into(), json).await?,
         Command::Common { user, other, paging } => {
