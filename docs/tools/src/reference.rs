@@ -127,11 +127,11 @@ fn push_enum(out: &mut String, e: &EnumDescriptor) {
 /// A field's type: scalar name, or a link to its message or enum, with `repeated`, `optional`
 /// or `map<K, V>`.
 fn field_type(f: &FieldDescriptor, package: &str) -> String {
-    if f.is_map() {
-        if let Kind::Message(entry) = f.kind() {
-            let (k, v) = (entry.map_entry_key_field(), entry.map_entry_value_field());
-            return format!("map<{}, {}>", kind_name(&k.kind(), package), kind_name(&v.kind(), package));
-        }
+    if f.is_map()
+        && let Kind::Message(entry) = f.kind()
+    {
+        let (k, v) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+        return format!("map<{}, {}>", kind_name(&k.kind(), package), kind_name(&v.kind(), package));
     }
     let name = kind_name(&f.kind(), package);
     if f.is_list() {
