@@ -10,6 +10,8 @@
 #   make bench-falkordb  install and start FalkorDB, then the cache benchmark beside it
 #   make lint    rustfmt check and clippy
 #   make openapi regenerate services/gateway/openapi.json from the proto's google.api.http routes
+#   make reference  regenerate the book's API reference (docs/src/api/reference) from the proto
+#   make docs    build the book (docs/, mdBook) and serve it on http://127.0.0.1:3000
 
 SHELL := /bin/bash
 export PATH := $(PATH):$(HOME)/.cargo/bin
@@ -22,7 +24,7 @@ CARGO ?= cargo
 # at 2, on the same machine and build.
 TEST_THREADS ?= 2
 
-.PHONY: deps build test test-proto test-rust test-helm run run-mesh stop bench soak bench-falkordb lint openapi broker-reset
+.PHONY: deps build test test-proto test-rust test-helm test-docs run run-mesh stop bench soak bench-falkordb lint openapi reference docs broker-reset
 
 deps:
 	bash scripts/deps.sh
@@ -31,7 +33,7 @@ build:
 	$(CARGO) build --workspace --bins
 
 test: deps
-	@status=0; $(MAKE) test-proto || status=1; $(MAKE) test-rust || status=1; $(MAKE) test-helm || status=1; exit $$status
+	@status=0; $(MAKE) test-proto || status=1; $(MAKE) test-rust || status=1; $(MAKE) test-helm || status=1; $(MAKE) test-docs || status=1; exit $$status
 
 # The proto contract: buf lint (proto/buf.yaml) and no breaking change against the previous
 # commit (a shallow clone is deepened by one commit first).
@@ -59,6 +61,16 @@ test-rust:
 # The Helm chart, rendered and validated offline (no cluster needed).
 test-helm:
 	.venv/bin/python -m pytest helm/tests -q
+
+# The book builds (a page listed in docs/src/SUMMARY.md but missing fails it). Its links and
+# anchors, the generated API reference and the configuration reference are checked by the
+# workspace tests of docs/tools (package socialgraph-book), which test-rust runs.
+MDBOOK ?= mdbook
+test-docs:
+	$(MDBOOK) build docs
+
+docs:
+	$(MDBOOK) serve docs --hostname 127.0.0.1 --port 3000
 
 run:
 	$(CARGO) build -p socialgraph-cli --bin socialgraph
@@ -99,3 +111,8 @@ lint:
 # must match it (a gateway test fails until this is re-run and committed).
 openapi:
 	$(CARGO) run -q -p socialgraph-gateway --bin gateway -- openapi > services/gateway/openapi.json
+
+# The book's API reference is generated from the proto's descriptors and comments; the checked-in
+# pages must match it (a docs/tools test fails until this is re-run and committed).
+reference:
+	$(CARGO) run -q -p socialgraph-book -- reference

@@ -15,6 +15,8 @@
 #             and the screenshot is read back as text)
 #   promtool  promtool (Debian's prometheus package; the server is not started), which checks the
 #             chart's alert rules and the services' /metrics output
+#   mdbook    mdBook $MDBOOK_VERSION (cargo install from crates.io, 2-5 minutes on 2 cores the
+#             first time), which builds the book in docs/ (make test-docs, make docs)
 #
 # Usage: scripts/deps.sh [--check] [STEP...]
 #   no STEP     all of the above, in that order
@@ -27,7 +29,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf browser promtool)
+ALL_STEPS=(postgres mariadb redis sqlite3 tansu python buf browser promtool mdbook)
 
 TANSU_VERSION=0.6.0
 TANSU_PORT=9092
@@ -38,6 +40,7 @@ REQUIREMENTS="$ROOT/scripts/requirements-dev.txt"
 STAMP="$VENV/.requirements.sha256"
 BUF_VERSION=1.75.0
 BUF="$ROOT/.tools/node_modules/.bin/buf"
+MDBOOK_VERSION=0.5.4
 
 export PATH="$PATH:${HOME:-/root}/.cargo/bin"
 export DEBIAN_FRONTEND=noninteractive
@@ -48,7 +51,7 @@ for arg in "$@"; do
     case "$arg" in
         --check) CHECK=1 ;;
         -h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        postgres | mariadb | redis | sqlite3 | tansu | python | buf | browser | promtool) STEPS+=("$arg") ;;
+        postgres | mariadb | redis | sqlite3 | tansu | python | buf | browser | promtool | mdbook) STEPS+=("$arg") ;;
         *) echo "deps.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -356,6 +359,23 @@ step_buf() {
         fail buf "npm install @bufbuild/buf@$BUF_VERSION failed"
     buf_ok || fail buf "$BUF does not report version $BUF_VERSION"
     say buf "installed $BUF_VERSION ($BUF)"
+}
+
+# ------------------------------------------------------------------ mdbook
+mdbook_ok() { command -v mdbook >/dev/null && [[ $(mdbook --version 2>/dev/null) == "mdbook v$MDBOOK_VERSION" ]]; }
+
+step_mdbook() {
+    if ((CHECK)); then
+        if mdbook_ok; then say mdbook "$MDBOOK_VERSION"; else down mdbook "mdbook $MDBOOK_VERSION not installed"; fi
+        return
+    fi
+    if mdbook_ok; then say mdbook "$MDBOOK_VERSION"; return; fi
+    command -v cargo >/dev/null || fail mdbook "cargo not found (needed to install mdbook $MDBOOK_VERSION)"
+    say mdbook "installing $MDBOOK_VERSION with cargo install (2-5 min on 2 cores)"
+    cargo install mdbook --version "$MDBOOK_VERSION" --locked --quiet ||
+        fail mdbook "cargo install mdbook $MDBOOK_VERSION failed"
+    mdbook_ok || fail mdbook "installed, but 'mdbook --version' does not report v$MDBOOK_VERSION"
+    say mdbook "installed $MDBOOK_VERSION"
 }
 
 for step in "${STEPS[@]}"; do

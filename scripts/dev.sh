@@ -3,7 +3,7 @@
 # load a follow graph, verify every answer against the file, print a short tour, and leave
 # the mesh serving.
 #
-#   DATA=path        edge list to load (default ../shared/data/Wiki-Vote.txt; when that is
+#   DATA=path        edge list to load (default: the data set Wiki-Vote.txt beside the repository; when that is
 #                    absent, a generated graph of similar size and skew, fixed seed)
 #   ID_OFFSET=n      added to every id of DATA (files numbering users from 0 need 1)
 #   SG_DEV_DIR=dir   where the SQLite file, log and pid file live (default .socialgraph)

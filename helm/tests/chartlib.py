@@ -163,25 +163,32 @@ def validate(obj: dict[str, Any]) -> None:
     kv.validate(obj, KUBE_VERSION, strict=True)
 
 
-def readme_settings() -> dict[str, set[str]]:
-    """The SG_ variables each component documents in the repository README: for the services
-    `[server]` keys, then the table of each `### <name>-svc` section; for the gateway only the
-    table of its `### gateway` section (it has no `[server]` section)."""
-    text = (REPO / "README.md").read_text()
+def documented_settings() -> dict[str, set[str]]:
+    """The SG_ variables each component reads, from the book's configuration reference
+    (docs/src/configuration.md): for the services the `## server` table, then the `key` tables
+    of each `## <name>-svc` section; for the gateway only the table of its `## gateway` section
+    (it has no `[server]` section). The tables of keys a service accepts but does not use (their
+    header is `accepted, not used`) are left out."""
+    text = (REPO / "docs" / "src" / "configuration.md").read_text()
     row = re.compile(r"^\|\s*`([a-z_]+(?:\.[a-z_]+)?)`\s*\|", re.M)
 
-    def keys(section: str) -> set[str]:
-        return {"SG_" + k.upper().replace(".", "__") for k in row.findall(section)}
+    def section(title: str) -> str:
+        start = text.index(f"\n## {title}\n")
+        end = text.find("\n## ", start + 1)
+        return text[start:end if end != -1 else len(text)]
 
-    server_start = text.index("section `[server]`")
-    first_service = text.index("\n### ", server_start)
-    server = {"SG_SERVER__" + k[len("SG_"):] for k in keys(text[server_start:first_service])}
+    def keys(body: str) -> set[str]:
+        out = set()
+        for table in re.split(r"\n\n(?=\|)", body):
+            if table.lstrip().startswith("| key |"):
+                out |= {"SG_" + k.upper().replace(".", "__") for k in row.findall(table)}
+        return out
+
+    server = keys(section("server"))
+    assert server and all(v.startswith("SG_SERVER__") for v in server), server
     out: dict[str, set[str]] = {}
-    for match in re.finditer(r"^### (?:([a-z]+)-svc|(gateway))\s*$", text, re.M):
-        end = text.find("\n## ", match.end())
-        nxt = text.find("\n### ", match.end())
-        stop = min(e for e in (end, nxt, len(text)) if e != -1)
-        table = keys(text[match.end():stop])
+    for match in re.finditer(r"^## (?:([a-z]+)-svc|(gateway))\s*$", text, re.M):
+        table = keys(section(match.group(0)[3:].strip()))
         if match.group(2):
             out[match.group(2)] = table
         else:

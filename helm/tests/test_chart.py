@@ -409,11 +409,12 @@ def test_cache_settings_become_the_documented_variables(default):
     assert {k: v for k, v in relation.items() if k.startswith("SG_CACHE__")} == {
         "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100",
         "SG_CACHE__TTL_SECS": "3600", "SG_CACHE__FOLLOWING_MAX": "10000",
+        "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
         "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1",
         "SG_CACHE__FILL_ROWS_PER_SEC": "20000"}
     assert {k: v for k, v in projection.items() if k.startswith("SG_CACHE__")} == {
         "SG_CACHE__POOL_SIZE": "4", "SG_CACHE__TIMEOUT_MS": "100", "SG_CACHE__TTL_SECS": "3600",
-        "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__POSTS_WINDOW": "1000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
+        "SG_CACHE__FOLLOWING_MAX": "10000", "SG_CACHE__FOLLOWERS_WINDOW": "10000", "SG_CACHE__POSTS_WINDOW": "1000", "SG_CACHE__RELATIONSHIP_MAX": "10000",
         "SG_CACHE__DEEP_PAGES_PER_SEC": "50", "SG_CACHE__HOT_READS_PER_SEC": "50",
         "SG_CACHE__HOT_STALENESS_MS": "1000", "SG_CACHE__FILL_SLOTS": "8", "SG_CACHE__FILL_AFTER_MISSES": "1",
         "SG_CACHE__FILL_ROWS_PER_SEC": "20000"}
@@ -434,20 +435,20 @@ def test_cache_settings_become_the_documented_variables(default):
 
 # --- configuration -------------------------------------------------------------------------
 
-# counter-svc's settings (from its config; used until the README documents them).
+# counter-svc's settings (from its config; used until the book documents them).
 COUNTER_SETTINGS = {
     "SG_REDIS__URL", "SG_REDIS__KEY_PREFIX", "SG_REDIS__POOL_SIZE", "SG_REDIS__TIMEOUT_MS",
     "SG_KAFKA__BROKERS", "SG_KAFKA__RELATION_TOPIC", "SG_KAFKA__COUNTER_TOPIC",
     "SG_KAFKA__CONTENT_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_CONSUMER__PARTITIONS", "SG_CONSUMER__MAX_WAIT_MS", "SG_CONSUMER__MAX_BYTES",
     "SG_CONSUMER__IDLE_MAX_MS", "SG_PROJECTION__URL", "SG_COUNTERS__CHECK_INTERVAL_SECS",
-    "SG_COUNTERS__REBUILD_WAIT_MS", "SG_KAFKA__MESSAGE_TOPIC", "SG_MESSAGE__URL",
+    "SG_COUNTERS__PROJECTION_WAIT_MS", "SG_COUNTERS__RELAY_QUIET_MS", "SG_KAFKA__MESSAGE_TOPIC", "SG_MESSAGE__URL",
     "SG_AUTH__ADMIN_TOKEN", "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR",
     "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
     "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
 }
 NON_SG = {"RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT", "SG_LOG_FORMAT"}
-# The gateway's settings (its contract; the README's `### gateway` table must list exactly these).
+# The gateway's settings (its contract; the book's `## gateway` table must list exactly these).
 GATEWAY_SETTINGS = {
     "SG_HTTP__ADDR", "SG_HTTP__ADMIN_ADDR", "SG_HTTP__REQUEST_TIMEOUT_MS", "SG_HTTP__MAX_BODY_BYTES",
     "SG_HTTP__MAX_HEADER_BYTES", "SG_HTTP__CONCURRENCY_LIMIT", "SG_HTTP__DRAIN_TIMEOUT_MS",
@@ -458,7 +459,7 @@ GATEWAY_SETTINGS = {
 
 
 def _documented():
-    documented = chartlib.readme_settings()
+    documented = chartlib.documented_settings()
     documented.setdefault("counter", COUNTER_SETTINGS)
     return documented
 
@@ -487,7 +488,7 @@ def test_services_get_only_settings_they_know(variant):
 def test_every_documented_setting_is_a_chart_value():
     rendered = render(ALL_INLINE)
     documented = _documented()
-    # The README's `### gateway` table is read too, and holds the gateway's settings only.
+    # The book's `## gateway` table is read too, and holds the gateway's settings only.
     assert set(documented) == set(COMPONENTS)
     assert documented[GATEWAY] == GATEWAY_SETTINGS
     for name, known in documented.items():
@@ -526,6 +527,43 @@ def test_values_become_the_documented_variables():
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4317"
     assert "SG_LOG_FORMAT" not in render(ALL_INLINE).environment("relation")
 
+
+
+def test_counter_settings_use_their_new_names_and_the_old_values_still_work():
+    """counters.rebuild_wait_ms and verify_after_ms were renamed projection_wait_ms and
+    relay_quiet_ms: the chart renders the new variables, from the new values or, for one more
+    release, from the old ones (named in the notes as deprecated)."""
+    def notes(rendered):
+        (text,) = [v for k, v in rendered.text.items() if k.endswith("NOTES.txt")]
+        return text
+
+    default = render(ALL_INLINE)
+    env = default.environment("counter")
+    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("5000", "2000")
+    assert not {"SG_COUNTERS__REBUILD_WAIT_MS", "SG_COUNTERS__VERIFY_AFTER_MS"} & set(env)
+    assert "deprecated" not in notes(default)
+    new = render(merged(ALL_INLINE, {"counter": {"counters": {"projectionWaitMs": 8000, "relayQuietMs": 1500}}}))
+    env = new.environment("counter")
+    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("8000", "1500")
+    old = render(merged(ALL_INLINE, {"counter": {"counters": {"rebuildWaitMs": 7000, "verifyAfterMs": 900}}}))
+    env = old.environment("counter")
+    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("7000", "900")
+    text = notes(old)
+    assert "WARNING: counter.counters.rebuildWaitMs is deprecated" in text and "counter.counters.projectionWaitMs" in text
+    assert "WARNING: counter.counters.verifyAfterMs is deprecated" in text and "counter.counters.relayQuietMs" in text
+
+
+def test_both_cache_services_get_the_same_list_limits():
+    """relation-svc writes follows through to the follower windows and relationship hashes
+    projection-svc fills, and projection-svc keeps relation-svc's following lists from the
+    events: each list's limits must be the same in both."""
+    rendered = render(merged(ALL_INLINE, {
+        "relation": {"cache": {"followingMax": 20000}},
+        "projection": {"cache": {"followersWindow": 5000, "relationshipMax": 3000}},
+    }))
+    relation, projection = rendered.environment("relation"), rendered.environment("projection")
+    for key, value in (("FOLLOWING_MAX", "20000"), ("FOLLOWERS_WINDOW", "5000"), ("RELATIONSHIP_MAX", "3000")):
+        assert relation[f"SG_CACHE__{key}"] == projection[f"SG_CACHE__{key}"] == value, key
 
 def _checksums(rendered):
     return {n: rendered.workload(n)["spec"]["template"]["metadata"]["annotations"] for n in COMPONENTS}

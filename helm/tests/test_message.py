@@ -60,7 +60,7 @@ def accepted_settings() -> set[str]:
     return out
 
 
-# The keys message-svc reads (the README's `### message-svc` table and the [server] section);
+# The keys message-svc reads (the book's `## message-svc` table and the [server] section);
 # it accepts a few more (the other topics, auth.admin_token, database.consumer_name) and ignores them.
 READS = {
     "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR", "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
@@ -76,7 +76,7 @@ READS = {
 
 def test_the_keys_it_reads_are_keys_its_config_accepts():
     assert READS <= accepted_settings()
-    assert chartlib.readme_settings()[MESSAGE] == READS
+    assert chartlib.documented_settings()[MESSAGE] == READS
 
 
 # --- the workload, its Service and ports ---------------------------------------------------

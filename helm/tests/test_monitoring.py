@@ -1,7 +1,7 @@
 """The chart's alerts (a Prometheus Operator PrometheusRule) and its Grafana dashboard (a
 ConfigMap): rendered only when enabled, valid (schema, `promtool check rules`), firing in
 `promtool test rules` on series labelled as the chart's ServiceMonitors label them, each alert
-documented in the README's runbook, and every query naming only metrics the services export."""
+documented in the book's runbook, and every query naming only metrics the services export."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ PANEL_METRICS = {
 }
 
 MONITORING = {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
-RUNBOOK_BASE = "https://github.com/socialgraph/socialgraph/blob/main/README.md"
+RUNBOOK_BASE = "https://github.com/socialgraph/socialgraph/blob/main/docs/src/operations/runbook.md"
+RUNBOOK = chartlib.REPO / "docs" / "src" / "operations" / "runbook.md"
 DASHBOARD = f"{RELEASE}-socialgraph-dashboard"
 
 
@@ -496,28 +497,24 @@ def test_alerts_fire_on_the_release_series_only(tmp_path):
 # --- annotations and the runbook --------------------------------------------------------------
 
 
-def _github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a Markdown heading."""
+def _book_anchor(heading: str) -> str:
+    """The id mdBook (and GitHub) gives a Markdown heading: lower case, spaces to dashes, other
+    punctuation dropped."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
     return text.replace(" ", "-")
 
 
-def _runbook_section() -> str:
-    text = (chartlib.REPO / "README.md").read_text()
-    operations = text.index("\n## Operations\n")
-    end = text.index("\n## ", operations + 1)
-    start = text.index("\n### Runbook\n", operations)
-    assert start < end, "the Runbook is not part of the Operations section"
-    # It is the section's last subsection.
-    assert "\n### " not in text[start + 1:end], "the Runbook is not the last subsection of Operations"
-    return text[start:end]
+def _runbook_sections() -> dict[str, str]:
+    """The runbook page's `## <alert>` sections, by heading."""
+    text = RUNBOOK.read_text()
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
 
 
 def test_every_alert_is_annotated_and_has_a_runbook_section():
-    text = (chartlib.REPO / "README.md").read_text()
-    anchors = [_github_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)]
-    runbook = re.findall(r"^#### (\S+)\s*$", _runbook_section(), re.M)
-    assert sorted(runbook) == sorted(ALERTS), "one #### heading per alert in the Runbook"
+    sections = _runbook_sections()
+    anchors = [_book_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", RUNBOOK.read_text(), re.M)]
+    assert sorted(sections) == sorted(ALERTS), "one ## heading per alert in the runbook"
     for name, rule in _alerts(render(MONITORING)).items():
         assert rule["labels"]["severity"] == ALERTS[name]
         annotations = rule["annotations"]
@@ -525,11 +522,10 @@ def test_every_alert_is_annotated_and_has_a_runbook_section():
         assert annotations["summary"].strip() and annotations["description"].strip(), name
         base, _, anchor = annotations["runbook_url"].partition("#")
         assert base == RUNBOOK_BASE and anchor == name.lower(), annotations["runbook_url"]
-        assert anchors.count(anchor) == 1, f"{anchor}: no (or no unique) heading in README.md"
+        assert anchors.count(anchor) == 1, f"{anchor}: no (or no unique) heading in the runbook"
         # Each section says what it means, what to check and what to do.
-        section = _runbook_section().split(f"#### {name}\n", 1)[1].split("\n#### ", 1)[0]
         for part in ("*Means:*", "*Check:*", "*Do:*"):
-            assert part in section, f"{name}: no {part}"
+            assert part in sections[name], f"{name}: no {part}"
     rule = _alerts(render(merged(MONITORING, {"prometheusRule": {"runbookBaseUrl": "https://wiki.example.com/sg/"}})))
     assert rule["SocialgraphRelayNotLed"]["annotations"]["runbook_url"] == (
         "https://wiki.example.com/sg#socialgraphrelaynotled")

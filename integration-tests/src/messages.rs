@@ -97,7 +97,7 @@ pub struct Line {
     pub ts: i64,
 }
 
-/// The first `limit` messages of `../shared/data/CollegeMsg.txt` in time order (file order
+/// The first `limit` messages of the data set `CollegeMsg.txt` in time order (file order
 /// among equal times).
 ///
 /// # Errors

@@ -22,7 +22,7 @@ const USERS: u64 = 82_168;
 /// Generous: on 2 cores the relay drains at 2–6k rows/s depending on what else runs.
 const CATCH_UP: Duration = Duration::from_secs(1200);
 
-/// `<workspace>/../shared/data/soc-Slashdot0902.txt.gz`.
+/// The data set soc-Slashdot0902 (`soc-Slashdot0902.txt.gz`, beside the repository).
 fn slashdot() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/soc-Slashdot0902.txt.gz");
     assert!(path.exists(), "{} is missing: the data sets live in ../shared/data beside the repository", path.display());

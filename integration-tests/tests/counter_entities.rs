@@ -245,7 +245,7 @@ async fn a_hot_entity_storm_with_crashes_corrupted_counts_and_rebuilds_ends_equa
         )
     };
     // A toggle whose publish died with the killed process is repaired from the facts once the
-    // entity has been quiet for `counters.verify_after_ms`.
+    // entity has been quiet for `counters.relay_quiet_ms`.
     let settled = socialgraph_testkit::eventually(Duration::from_secs(15), "the count to equal the facts", || {
         let (c, hot) = (c.clone(), hot.clone());
         async move { Ok((count(c, hot).await? == bitcount).then_some(())) }

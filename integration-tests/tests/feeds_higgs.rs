@@ -1,4 +1,4 @@
-//! The higgs-twitter activity stream (`../shared/data/higgs-activity_time.txt.gz`) as a feed:
+//! The higgs-twitter activity stream (the data set `higgs-activity_time.txt.gz`) as a feed:
 //! each interaction A → B is A following B, each activity line is a post by A at its time
 //! (post id = line number). The graph is imported, the posts replayed in time order through
 //! PublishPost, and the timelines of a sample of users read from three projection-svc

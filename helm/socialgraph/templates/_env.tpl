@@ -63,6 +63,10 @@ SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
 SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
 SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
 SG_CACHE__FOLLOWING_MAX: {{ $svc.cache.followingMax | int64 | quote }}
+{{- /* relation-svc writes its callers' follows through to the follower windows projection-svc
+fills, and remembers relationships in their hashes: the limits of both must agree. */}}
+SG_CACHE__FOLLOWERS_WINDOW: {{ $v.projection.cache.followersWindow | int64 | quote }}
+SG_CACHE__RELATIONSHIP_MAX: {{ $v.projection.cache.relationshipMax | int64 | quote }}
 SG_CACHE__FILL_SLOTS: {{ $svc.cache.fillSlots | int64 | quote }}
 SG_CACHE__FILL_AFTER_MISSES: {{ $svc.cache.fillAfterMisses | int64 | quote }}
 SG_CACHE__FILL_ROWS_PER_SEC: {{ $svc.cache.fillRowsPerSec | int64 | quote }}
@@ -87,6 +91,8 @@ SG_CACHE__KEY_PREFIX: {{ . | quote }}
 SG_CACHE__POOL_SIZE: {{ $svc.cache.poolSize | int64 | quote }}
 SG_CACHE__TIMEOUT_MS: {{ $svc.cache.timeoutMs | int64 | quote }}
 SG_CACHE__TTL_SECS: {{ $svc.cache.ttlSecs | int64 | quote }}
+{{- /* projection-svc keeps relation-svc's following lists in step with the events. */}}
+SG_CACHE__FOLLOWING_MAX: {{ $v.relation.cache.followingMax | int64 | quote }}
 SG_CACHE__FOLLOWERS_WINDOW: {{ $svc.cache.followersWindow | int64 | quote }}
 SG_CACHE__POSTS_WINDOW: {{ $svc.cache.postsWindow | int64 | quote }}
 SG_CACHE__RELATIONSHIP_MAX: {{ $svc.cache.relationshipMax | int64 | quote }}
@@ -128,8 +134,9 @@ SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
-SG_COUNTERS__REBUILD_WAIT_MS: {{ $svc.counters.rebuildWaitMs | int64 | quote }}
-SG_COUNTERS__VERIFY_AFTER_MS: {{ $svc.counters.verifyAfterMs | int64 | quote }}
+{{- /* rebuildWaitMs and verifyAfterMs: the old names, used for one more release when set. */}}
+SG_COUNTERS__PROJECTION_WAIT_MS: {{ ternary $svc.counters.rebuildWaitMs $svc.counters.projectionWaitMs (not (kindIs "invalid" $svc.counters.rebuildWaitMs)) | int64 | quote }}
+SG_COUNTERS__RELAY_QUIET_MS: {{ ternary $svc.counters.verifyAfterMs $svc.counters.relayQuietMs (not (kindIs "invalid" $svc.counters.verifyAfterMs)) | int64 | quote }}
 SG_PROJECTION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "projection")) $svc.projectionUrl | quote }}
 {{- if $v.message.enabled }}
 {{- /* Unread counters: consume the message topic and copy states from this release's message-svc. */}}

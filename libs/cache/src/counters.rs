@@ -1,6 +1,6 @@
 //! Per-user counters, packed many users to a Redis hash, and the Lua scripts that change them.
 //!
-//! Layout (DESIGN.md §5, made compact by the memory issue): the users are spread over
+//! Layout (docs/src/architecture/counters.md#user-counters-bucketed): the users are spread over
 //! [`USER_BUCKETS`] hashes `sg:uc:{u:B}` by [`user_bucket`]; in its bucket each user is one
 //! field (the id in decimal) whose value is [`Stored`]: seven LEB128 varints, the five counters
 //! (followings, followers, posts, likes_received, favs_received), the guard version plus one and

@@ -1,4 +1,5 @@
-//! Every Redis key socialgraph writes, in one place (DESIGN.md §5). Keys that one script
+//! Every Redis key socialgraph writes, in one place (docs/src/architecture/counters.md#redis-layout
+//! and docs/src/architecture/caches.md#list-caches). Keys that one script
 //! touches together share a `{hash tag}` so that they live in one Redis Cluster slot.
 //! All keys start with a configurable prefix (empty in production; unique per test).
 
@@ -133,8 +134,8 @@ impl Keys {
     }
 }
 
-/// Keys of one entity's like/fav facts and counts (DESIGN.md §5, in the adaptive layout of
-/// [`crate::entities`]); all share the hash tag
+/// Keys of one entity's like/fav facts and counts (in the adaptive layout of [`crate::entities`],
+/// docs/src/architecture/counters.md#likes-and-favourites-adaptive-facts); all share the hash tag
 /// `{etype:eid}`, so one script can touch them atomically.
 #[derive(Debug, Clone)]
 pub struct EntityKeys {

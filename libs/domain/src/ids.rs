@@ -1,6 +1,6 @@
 //! User ids and edges.
 
-/// A user id: an int64 > 0 (DESIGN.md §4).
+/// A user id: an int64 > 0 (docs/src/api/overview.md#ids).
 pub type UserId = i64;
 
 /// A rule an input broke, named by the request field (a BadRequest field violation).

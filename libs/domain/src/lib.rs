@@ -10,7 +10,7 @@ pub use consistency::ConsistencyToken;
 pub use ids::{Edge, EdgeState, MAX_ENTITY_TYPE_LEN, UserId, Violation, valid_entity_type, validate_batch, validate_user_id};
 pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, Page, PageToken, PageTokenError, PageTokenKey, page_size};
 
-/// Most ids accepted by one batch RPC (DESIGN.md §4).
+/// Most ids accepted by one batch RPC (docs/src/api/overview.md#batches).
 pub const MAX_BATCH: usize = 1000;
 
 /// Milliseconds since the Unix epoch by the system clock (0 if the clock is before 1970): the

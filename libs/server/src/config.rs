@@ -73,7 +73,7 @@ pub struct ServerSettings {
     pub grpc_addr: std::net::SocketAddr,
     /// Admin HTTP listen address (`/metrics`, `/ready`, `/live`).
     pub admin_addr: std::net::SocketAddr,
-    /// Per-request deadline; longer RPCs end with CANCELLED.
+    /// Per-request deadline; longer RPCs end with DEADLINE_EXCEEDED.
     pub request_timeout_ms: u64,
     /// RPCs in flight across all connections; beyond it requests are shed with
     /// RESOURCE_EXHAUSTED.

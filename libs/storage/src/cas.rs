@@ -3,7 +3,8 @@
 //! instead of a transaction's five or six.
 //!
 //! A statement whose data-modifying CTEs all run is atomic in autocommit: the edge row and the
-//! outbox row are written together or not at all (DESIGN.md §3). The caller reads the edge
+//! outbox row are written together or not at all (docs/src/architecture/events.md#the-outbox).
+//! The caller reads the edge
 //! first, builds the event for the version it will write, and asks for the change only if the
 //! row still holds the version it read (0: no row). When another writer got there first nothing
 //! is written and the caller reads again. PostgreSQL only: MySQL/MariaDB have no

@@ -51,7 +51,8 @@ pub fn routes<B: backend::CounterBackend>(backend: Arc<B>, admin_token: Option<s
 ///
 /// # Errors
 /// Start-up failures (bad Redis or projection URL) and transport failures.
-pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    config.apply_renamed();
     let timeout = Duration::from_millis(config.redis.timeout_ms);
     let pool = socialgraph_cache::pool(&config.redis.url, config.redis.pool_size, timeout).context("redis.url (SG_REDIS__URL)")?;
     let store = store::Store {
@@ -67,7 +68,11 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let lag = IntGaugeVec::new(Opts::new("sg_counter_lag_records", "Records not yet applied"), &["topic", "partition"])?;
     registry.register(Box::new(lag.clone()))?;
     let metrics = consume::ConsumerMetrics {
-        applied: counter(&registry, "sg_counter_applied_total", "Guarded user-counter scripts that applied a change")?,
+        applied: counter(
+            &registry,
+            "sg_counter_applied_total",
+            "Counter copies that changed a value (follow counts, likes and favs received, unread counts)",
+        )?,
         skipped,
     };
     let channel = tonic::transport::Channel::from_shared(config.projection.url.clone()).context("projection.url")?.connect_lazy();
@@ -88,7 +93,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         topic: config.kafka.counter_topic.clone(),
         producer: Arc::clone(&producer),
         wake: relay_wake,
-        quiet_ms: config.counters.verify_after_ms as i64,
+        quiet_ms: config.counters.relay_quiet_ms as i64,
         published: counter(&registry, "sg_action_events_published_total", "Like/fav outbox events the broker acknowledged")?,
         failures: counter(&registry, "sg_action_publish_failures_total", "Relay rounds of the like/fav outbox that could not publish")?,
         holder: format!("{:016x}", rand::random::<u64>()),
@@ -163,7 +168,7 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
         counters: Arc::clone(&ctx.counters),
         consumer: CONSUMER.into(),
         metrics: ctx.metrics.clone(),
-        projection_wait: Duration::from_millis(ctx.config.counters.rebuild_wait_ms),
+        projection_wait: Duration::from_millis(ctx.config.counters.projection_wait_ms),
     });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });

@@ -5,7 +5,8 @@
 //! carries the row's version and Redis keeps only the newest ([`Store::sync_edges`]). Posts and
 //! likes/favs received derive from facts in the user's own slot (the posts set, the recv hash).
 //! So a counter is created, rebuilt or checked without waiting for any consumer: whatever is in
-//! flight arrives later with a newer version and is applied then (DESIGN.md §5).
+//! flight arrives later with a newer version and is applied then
+//! (docs/src/architecture/consistency.md#a-rebuild-agrees-with-the-log).
 
 use std::collections::HashMap;
 use std::sync::Arc;

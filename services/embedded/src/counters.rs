@@ -12,7 +12,8 @@
 //! ([`CounterLog`]) exactly as counter-svc derives them from Kafka: per user, only events
 //! beyond its guard apply, and the consumer's offset is stored in the same transaction. A
 //! rebuild counts the facts while holding SQLite's write lock, so they reflect exactly the
-//! outbox rows up to the newest id, and stores that id as the user's guard (DESIGN.md §5).
+//! outbox rows up to the newest id, and stores that id as the user's guard
+//! (docs/src/architecture/consistency.md#a-rebuild-agrees-with-the-log).
 
 use std::collections::HashMap;
 use std::sync::Arc;

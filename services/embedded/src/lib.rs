@@ -1,5 +1,5 @@
 //! `socialgraph dev`: relation-svc, projection-svc, counter-svc and message-svc in one process
-//! on one SQLite file (DESIGN.md §6).
+//! on one SQLite file (docs/src/architecture/embedded.md#embedded-mode).
 //!
 //! - RelationService is relation-svc's own service code on SQLite, without a rate limit (no
 //!   Redis) and without a relay: the outbox table is the event log ([`log`]).

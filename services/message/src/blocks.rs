@@ -1,6 +1,7 @@
 //! Blocks stop private messages: while either user of a pair blocks the other, neither can send
 //! the other a private message (PERMISSION_DENIED, reason BLOCKED). Blocks are relation-svc's
-//! facts (DESIGN §8), so the distributed mesh asks relation-svc; the embedded mode, one database
+//! facts (docs/src/architecture/messages.md#blocks-stop-private-messages), so the distributed
+//! mesh asks relation-svc; the embedded mode, one database
 //! for every service, reads the `block` table inside the sending transaction.
 //!
 //! The check runs inside the send's transaction, after the conversation's row lock and before

@@ -36,7 +36,7 @@ pub struct Endpoints {
 }
 
 impl Default for Endpoints {
-    /// The DESIGN default ports on 127.0.0.1, no admin token.
+    /// The default ports (docs/src/architecture/overview.md#ports) on 127.0.0.1, no admin token.
     fn default() -> Self {
         Self {
             relation: "http://127.0.0.1:50051".into(),

@@ -1,5 +1,5 @@
-//! List caches in the cache Redis, kept by the event stream as pseudo-replicas (DESIGN.md §5
-//! and §8): each user's following list (`sg:flw:{uid}`), the newest followers of each user
+//! List caches in the cache Redis, kept by the event stream as pseudo-replicas
+//! (docs/src/architecture/caches.md#list-caches): each user's following list (`sg:flw:{uid}`), the newest followers of each user
 //! (`sg:fan:{uid}`) and the newest posts of each author (`sg:pst:{uid}`, a post being an entry
 //! whose version is 1 while live and 2 once deleted), each as a window of the newest `window`
 //! entries of the list.

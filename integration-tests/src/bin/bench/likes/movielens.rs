@@ -55,7 +55,7 @@ pub(super) async fn run(
     let movies: Vec<i64> = likes.keys().chain(favs.keys()).copied().collect::<BTreeSet<_>>().into_iter().collect();
     let keys = Keys::new(m.prefix.clone());
     // The shared set of recently toggled entities: the outbox relay drops each entity once its
-    // outbox is empty and it has been quiet for `counters.verify_after_ms`; whatever is left
+    // outbox is empty and it has been quiet for `counters.relay_quiet_ms`; whatever is left
     // is counted with the entities.
     let pending_key = keys.pending_entities();
     let (pending_members, pending_bytes) = pending_after_quiet(conn, &pending_key).await?;
