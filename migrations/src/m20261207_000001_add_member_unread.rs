@@ -11,6 +11,9 @@
 //! Existing rows: `version` starts at `last_seq + read_seq`, the version they were served with
 //! before, so copies already made stay comparable. Members that had left with unread messages
 //! get 0 and one version more, so a rebuild of a copy replaces the stale count.
+//!
+//! message-svc pods of an older release do not keep these columns: none may serve once this has
+//! run (docs/src/operations/scaling.md#upgrading-to-stored-unread-counts).
 use sea_orm_migration::prelude::*;
 
 #[derive(DeriveMigrationName)]

@@ -307,15 +307,9 @@ end
 return d
 ";
 
-/// KEYS: bucket. ARGV: now (seconds since [`REST_EPOCH_S`]), then pairs (user id, rest
-/// seconds) of users of this bucket.
-///
-/// The users whose check rest period is over: each starts its next period (now + its rest)
-/// and is returned, so that concurrent readers and replicas check a user at most once per
-/// period. Users without a value are not due (the next read creates them).
 /// Copies unread counts into `KEYS[1]` (a user's `sg:unread` hash). `ARGV`: triples of
 /// conversation id, version, count. A triple applies only when its version is newer than the
-/// stored one (both `last_seq + read_seq` of the membership, which only grows), and moves the
+/// stored one (the membership's version, which grows with every change of it), and moves the
 /// total `t` by the difference, floored at 0. Returns how many applied.
 const SYNC_UNREAD: &str = r"
 local total = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
@@ -368,6 +362,12 @@ redis.call('HSET', KEYS[1], 't', total, 'b', 1)
 return total
 ";
 
+/// KEYS: bucket. ARGV: now (seconds since [`REST_EPOCH_S`]), then pairs (user id, rest
+/// seconds) of users of this bucket.
+///
+/// The users whose check rest period is over: each starts its next period (now + its rest)
+/// and is returned, so that concurrent readers and replicas check a user at most once per
+/// period. Users without a value are not due (the next read creates them).
 const CHECKS_DUE: &str = r"
 local now = tonumber(ARGV[1])
 local due = {}

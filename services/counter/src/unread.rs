@@ -31,19 +31,31 @@ use crate::users::cache_error;
 /// Most memberships asked of message-svc per call (rebuilds only).
 const STATES_PER_CALL: usize = 1000;
 
+/// Whether an event of `kind` moves unread counts (and so must carry member states).
+fn moves_counts(kind: i32) -> bool {
+    use socialgraph_proto::events::v1::MessageEventKind as K;
+    matches!(K::try_from(kind), Ok(K::Sent | K::Read | K::MembersAdded | K::MembersRemoved | K::MessageDeleted))
+}
+
 /// The membership states a batch's events carry, in record order (the newest version of each
-/// wins in Redis whatever the order). Events written before events carried states have none:
-/// they are counted as skipped (an upgrade drains the topic first, or rebuilds the hashes).
+/// wins in Redis whatever the order). An event that moves counts but carries no states was
+/// written before events carried them: it is counted as skipped (`no_member_states`), and the
+/// next change of each membership it moved, or a rebuild of the hash, sets the count right.
 fn carried(records: &[RecordAndOffset], metrics: &ConsumerMetrics) -> Vec<UnreadRow> {
     let mut rows = Vec::new();
     for r in records {
         match MessageEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-            Ok(e) if e.conversation_id > 0 => rows.extend(e.members.iter().filter(|m| m.user_id > 0 && m.version > 0).map(|m| UnreadRow {
-                user_id: m.user_id,
-                conversation_id: e.conversation_id,
-                version: m.version,
-                count: if m.active { m.unread_count.max(0) } else { 0 },
-            })),
+            Ok(e) if e.conversation_id > 0 => {
+                if e.members.is_empty() && moves_counts(e.kind) {
+                    metrics.skipped.with_label_values(&["no_member_states"]).inc();
+                }
+                rows.extend(e.members.iter().filter(|m| m.user_id > 0 && m.version > 0).map(|m| UnreadRow {
+                    user_id: m.user_id,
+                    conversation_id: e.conversation_id,
+                    version: m.version,
+                    count: if m.active { m.unread_count.max(0) } else { 0 },
+                }))
+            }
             _ => metrics.skipped.with_label_values(&["undecodable"]).inc(),
         }
     }
@@ -265,8 +277,10 @@ mod tests {
             members: vec![state(2, 5, 10, false)],
             ..Default::default()
         };
-        let rows = carried(&[record(&sent, 0), record(&left, 1)], &metrics);
+        let old = MessageEvent { kind: MessageEventKind::Read as i32, conversation_id: 7, actor_id: 3, ..Default::default() };
+        let rows = carried(&[record(&sent, 0), record(&left, 1), record(&old, 2)], &metrics);
         let row = |user_id, version, count| UnreadRow { user_id, conversation_id: 7, version, count };
         assert_eq!(rows, [row(1, 4, 0), row(2, 9, 3), row(2, 10, 0)]);
+        assert_eq!(metrics.skipped.with_label_values(&["no_member_states"]).get(), 1, "an event from before states were carried");
     }
 }
