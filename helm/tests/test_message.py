@@ -50,22 +50,25 @@ def accepted_settings() -> set[str]:
     """Every SG_<SECTION>__<KEY> message-svc's Config accepts (it denies unknown fields): its
     sections from services/message/src/config.rs, their keys from the structs they name."""
     sections = _rust_struct_fields("services/message/src/config.rs", "Config")
-    assert set(sections) == {"server", "database", "kafka", "messages", "auth", "relation", "subscribe"}, sections
+    assert set(sections) == {"server", "database", "kafka", "consumer", "messages", "auth", "relation", "subscribe"}, sections
     own = {"MessageLimits", "RelationSettings", "SubscribeSettings"}
     out = set()
     for section, struct in sections.items():
-        source = "services/message/src/config.rs" if struct in own else "libs/server/src/config.rs"
+        source = ("services/message/src/config.rs" if struct in own
+                  else "libs/events/src/consumer.rs" if struct == "ConsumerSettings" else "libs/server/src/config.rs")
         for key in _rust_struct_fields(source, struct):
             out.add(f"SG_{section.upper()}__{key.upper()}")
     return out
 
 
 # The keys message-svc reads (the book's `## message-svc` table and the [server] section);
-# it accepts a few more (the other topics, auth.admin_token, database.consumer_name) and ignores them.
+# it accepts a few more (the other topics, auth.admin_token) and ignores them.
 READS = {
     "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR", "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
     "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
-    "SG_DATABASE__URL", "SG_DATABASE__MAX_CONNECTIONS", "SG_DATABASE__MIGRATE_ON_START",
+    "SG_DATABASE__URL", "SG_DATABASE__MAX_CONNECTIONS", "SG_DATABASE__MIGRATE_ON_START", "SG_DATABASE__CONSUMER_NAME",
+    "SG_CONSUMER__PARTITIONS", "SG_CONSUMER__MAX_WAIT_MS", "SG_CONSUMER__MAX_BYTES", "SG_CONSUMER__IDLE_MAX_MS",
+    "SG_CONSUMER__DEEP_IDLE_AFTER_MS", "SG_CONSUMER__DEEP_IDLE_MS", "SG_KAFKA__ACCOUNT_TOPIC",
     "SG_KAFKA__BROKERS", "SG_KAFKA__MESSAGE_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_KAFKA__RELAY_BATCH_SIZE", "SG_KAFKA__RELAY_IDLE_POLL_MS", "SG_KAFKA__RELAY_ENABLED",
     "SG_MESSAGES__MAX_BODY_BYTES", "SG_MESSAGES__MAX_GROUP_MEMBERS", "SG_AUTH__PAGE_TOKEN_SECRET",
@@ -144,15 +147,15 @@ def test_fixed_replicas_without_autoscaler():
 
 @pytest.mark.parametrize("variant", ["default", "production", "all-inline"])
 def test_config_holds_only_the_sections_it_accepts(variant):
-    """message-svc refuses unknown sections and keys at start-up: no [redis], [cache], [limits],
-    [consumer] or anything of another service, whatever the other services are given."""
+    """message-svc refuses unknown sections and keys at start-up: no [redis], [cache], [limits]
+    or anything of another service, whatever the other services are given."""
     env = render(VARIANTS[variant]).environment(MESSAGE)
     settings = {k for k in env if k not in NON_SG}
     assert {k.split("__")[0] for k in settings} <= {"SG_SERVER", "SG_DATABASE", "SG_KAFKA", "SG_MESSAGES", "SG_SUBSCRIBE",
-                                                    "SG_RELATION", "SG_AUTH"}
+                                                    "SG_RELATION", "SG_AUTH", "SG_CONSUMER"}
     assert settings <= accepted_settings()
     assert settings <= READS
-    assert not [k for k in env if re.match(r"SG_(REDIS|CACHE|LIMITS|CONSUMER|FEED|COUNTERS|PROJECTION)__", k)]
+    assert not [k for k in env if re.match(r"SG_(REDIS|CACHE|LIMITS|FEED|COUNTERS|PROJECTION)__", k)]
     # Of relation-svc's settings only its URL (asked about blocks).
     assert [k for k in env if k.startswith("SG_RELATION__")] == ["SG_RELATION__URL"]
     # No admin RPC, so no admin token, even where the other services get one.
@@ -174,12 +177,20 @@ def test_default_settings():
         "SG_KAFKA__BROKERS": '["kafka:9092"]',
         "SG_KAFKA__PARTITIONS": "12",
         "SG_KAFKA__MESSAGE_TOPIC": "sg.message.v1",
+        "SG_KAFKA__ACCOUNT_TOPIC": "sg.account.v1",
         "SG_KAFKA__REQUEST_DEADLINE_MS": "5000",
         "SG_KAFKA__RELAY_BATCH_SIZE": "1000",
         "SG_KAFKA__RELAY_IDLE_POLL_MS": "100",
         "SG_KAFKA__RELAY_ENABLED": "true",
         "SG_DATABASE__MAX_CONNECTIONS": "32",
         "SG_DATABASE__MIGRATE_ON_START": "false",
+        "SG_DATABASE__CONSUMER_NAME": "message",
+        "SG_CONSUMER__PARTITIONS": "all",
+        "SG_CONSUMER__MAX_WAIT_MS": "5",
+        "SG_CONSUMER__MAX_BYTES": "4194304",
+        "SG_CONSUMER__IDLE_MAX_MS": "50",
+        "SG_CONSUMER__DEEP_IDLE_AFTER_MS": "10000",
+        "SG_CONSUMER__DEEP_IDLE_MS": "1000",
         "SG_MESSAGES__MAX_BODY_BYTES": "16384",
         "SG_MESSAGES__MAX_GROUP_MEMBERS": "1000",
         "SG_RELATION__URL": f"http://{RELEASE}-relation:50051",
@@ -523,8 +534,8 @@ INVALID = {
     "topic with a space": ({"kafka": {"messageTopic": "sg message"}}, "/kafka/messageTopic", "pattern"),
     "database url of another scheme": ({MESSAGE: {"database": {"url": "http://db:5432"}}},
                                        "/message/database/url", "pattern"),
-    "consumer name": ({MESSAGE: {"database": {"consumerName": "m"}}}, "/message/database",
-                      "'consumerName' not allowed"),
+    "consumer name": ({MESSAGE: {"database": {"consumerName": ""}}}, "/message/database/consumerName",
+                      "minLength: got 0, want 1"),
     "redis section": ({MESSAGE: {"redis": {"poolSize": 4}}}, "/message", "'redis' not allowed"),
     "cache section": ({MESSAGE: {"cache": {"ttlSecs": 60}}}, "/message", "'cache' not allowed"),
     "limits section": ({MESSAGE: {"limits": {"followingCap": 1}}}, "/message", "'limits' not allowed"),

@@ -162,6 +162,7 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
     c.cache = cache_settings(topic);
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
+    c.kafka.account_topic = account_topic_of(topic);
     c.kafka.partitions = 4;
     c.kafka.relay_idle_poll_ms = 20;
     c.limits.follow_burst = 1_000_000;
@@ -169,6 +170,12 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
     c.auth.admin_token = Some(ADMIN_TOKEN.into());
     c.auth.page_token_secret = Some("test-page-token-secret".into());
     c
+}
+
+/// The account topic of a test mesh whose relation topic is `relation_topic` (each mesh has its
+/// own, so one test's account deletions never reach another's message-svc).
+pub fn account_topic_of(relation_topic: &str) -> String {
+    format!("{relation_topic}.account")
 }
 
 /// Starts relation-svc with `config` on free ports and waits until it answers.

@@ -19,6 +19,7 @@ pub fn message_config(db_url: &str, topic: &str) -> MessageConfig {
     c.database.max_connections = 12;
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.message_topic = topic.to_owned();
+    c.kafka.account_topic = socialgraph_testkit::unique("sg.account.test.");
     c.kafka.partitions = 4;
     c.kafka.relay_idle_poll_ms = 20;
     c.auth.admin_token = Some(ADMIN_TOKEN.into());
@@ -41,16 +42,41 @@ pub async fn spawn_message(config: MessageConfig) -> anyhow::Result<Svc> {
 /// # Errors
 /// A dependency is missing (the message says how to start it).
 pub async fn message_on(backend: Backend, relay: bool) -> anyhow::Result<(TestDb, Svc, String, Svc)> {
+    let m = message_mesh(backend, relay).await?;
+    Ok((m.db, m.message, m.topic, m.relation))
+}
+
+/// What [`message_mesh`] starts.
+pub struct MessageMesh {
+    /// The database.
+    pub db: TestDb,
+    /// message-svc.
+    pub message: Svc,
+    /// Its message topic.
+    pub topic: String,
+    /// relation-svc.
+    pub relation: Svc,
+    /// The account topic relation-svc writes and message-svc consumes.
+    pub account_topic: String,
+}
+
+/// [`message_on`], with the account topic.
+///
+/// # Errors
+/// A dependency is missing (the message says how to start it).
+pub async fn message_mesh(backend: Backend, relay: bool) -> anyhow::Result<MessageMesh> {
     let db = TestDb::create(backend).await?;
     let topic = socialgraph_testkit::unique("sg.message.test.");
     let mut relation = crate::relation_config(&db.url, &socialgraph_testkit::unique("sg.relation.test."));
     relation.kafka.relay_enabled = false;
+    let account_topic = relation.kafka.account_topic.clone();
     let relation = crate::spawn_relation(relation).await?;
     let mut config = message_config(&db.url, &topic);
+    config.kafka.account_topic = account_topic.clone();
     config.kafka.relay_enabled = relay;
     config.relation.url = format!("http://{}", relation.addr);
-    let svc = spawn_message(config).await?;
-    Ok((db, svc, topic, relation))
+    let message = spawn_message(config).await?;
+    Ok(MessageMesh { db, message, topic, relation, account_topic })
 }
 
 /// A counter-svc configuration that keeps unread counts from message-svc `msg` and its topic

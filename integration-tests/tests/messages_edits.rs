@@ -5,12 +5,15 @@
 //!   not read it and out of every page, and a conversation whose newest message goes moves back
 //!   in the lists; EditMessage and RenameGroup change no count and no order;
 //! - the refusals: someone else's message, an unknown or deleted one, a rename by an outsider or
-//!   of a private conversation, a retried send of a deleted message.
+//!   of a private conversation, a retried send of a deleted message;
+//! - an account being deleted (relation-svc's AccountEvent) leaves its conversations: its private
+//!   ones count 0 unread for the peer, a later message from the id opens them again, and a copy
+//!   of the event at a later offset changes nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use socialgraph_integration_tests::messages::{message_client, message_on, send_request, unread_counter_config};
+use socialgraph_integration_tests::messages::{MessageMesh, message_client, message_mesh, send_request, unread_counter_config};
 use socialgraph_integration_tests::{Svc, reason, spawn_counter};
 use socialgraph_proto::counter::v1 as cpb;
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
@@ -69,19 +72,19 @@ async fn send(m: &mut Client, from: i64, to: i64, conversation: i64, id: &str) -
 
 /// message-svc with its relay, and a counter-svc keeping unread counts from its topic, whose
 /// hashes of `users` are built before anything happens.
-async fn mesh(backend: Backend, users: &BTreeSet<i64>) -> anyhow::Result<(socialgraph_testkit::TestDb, Svc, Svc, Svc)> {
-    let (db, msg, topic, relation) = message_on(backend, true).await?;
-    let counter = spawn_counter(unread_counter_config(&msg, &topic).0).await?;
+async fn mesh(backend: Backend, users: &BTreeSet<i64>) -> anyhow::Result<(socialgraph_testkit::TestDb, Svc, Svc, Svc, String)> {
+    let MessageMesh { db, message, topic, relation, account_topic } = message_mesh(backend, true).await?;
+    let counter = spawn_counter(unread_counter_config(&message, &topic).0).await?;
     let mut c = counter.counter().await?;
     for u in users {
         c.get_unread_counts(cpb::GetUnreadCountsRequest { user_id: *u }).await?;
     }
-    Ok((db, msg, counter, relation))
+    Ok((db, message, counter, relation, account_topic))
 }
 
 async fn leaving_counts_zero(backend: Backend) -> anyhow::Result<()> {
     let users: BTreeSet<i64> = [1, 2, 3, 4].into();
-    let (db, msg, counter, _relation) = mesh(backend, &users).await?;
+    let (db, msg, counter, _relation, _) = mesh(backend, &users).await?;
     let mut m = message_client(&msg).await?;
     let g = m.create_group(CreateGroupRequest { creator_id: 2, member_ids: vec![1, 3, 4], title: "g".into() }).await?.into_inner().conversation_id;
     send(&mut m, 2, 0, g, "m1").await?;
@@ -115,7 +118,7 @@ async fn a_group_left_or_removed_from_counts_zero_unread_on_mariadb() -> anyhow:
 
 async fn deletes_edits_and_renames(backend: Backend) -> anyhow::Result<()> {
     let users: BTreeSet<i64> = [1, 2, 3, 5].into();
-    let (db, msg, counter, _relation) = mesh(backend, &users).await?;
+    let (db, msg, counter, _relation, _) = mesh(backend, &users).await?;
     let mut m = message_client(&msg).await?;
     let g = m.create_group(CreateGroupRequest { creator_id: 2, member_ids: vec![1, 3], title: "before".into() }).await?.into_inner().conversation_id;
     let m1 = send(&mut m, 2, 0, g, "m1").await?;
@@ -185,4 +188,72 @@ async fn deletes_edits_and_renames_keep_pages_orders_and_unread_counts_exact_on_
 #[tokio::test]
 async fn deletes_edits_and_renames_keep_pages_orders_and_unread_counts_exact_on_mariadb() -> anyhow::Result<()> {
     deletes_edits_and_renames(Backend::MariaDb).await
+}
+
+/// Waits until message-svc's consumer of `topic` (the account events) stored offsets at every
+/// partition's high watermark.
+async fn accounts_applied(db: &socialgraph_testkit::TestDb, topic: &str) -> anyhow::Result<()> {
+    let k = socialgraph_testkit::kafka::connect(&socialgraph_testkit::kafka::brokers()).await?;
+    socialgraph_testkit::eventually(SETTLE, "message-svc to apply every account event", || async {
+        let ends = socialgraph_testkit::kafka::high_watermarks(&k, topic).await?;
+        let stored = socialgraph_storage::offsets::list(&db.conn, "message", topic).await?;
+        let done = ends.iter().all(|(p, end)| *end == 0 || stored.iter().any(|o| o.partition == *p && o.next_offset >= *end));
+        Ok(done.then_some(()))
+    })
+    .await
+}
+
+async fn a_deleted_account_ends_its_conversations(backend: Backend) -> anyhow::Result<()> {
+    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use socialgraph_proto::relation::v1::DeleteAccountRequest;
+    let users: BTreeSet<i64> = [1, 2, 5].into();
+    let (db, msg, counter, relation, topic) = mesh(backend, &users).await?;
+    let mut m = message_client(&msg).await?;
+    let private = send(&mut m, 2, 1, 0, "p1").await?.conversation_id;
+    send(&mut m, 2, 1, 0, "p2").await?;
+    let g = m.create_group(CreateGroupRequest { creator_id: 5, member_ids: vec![1, 2], title: "g".into() }).await?.into_inner().conversation_id;
+    send(&mut m, 2, 0, g, "g1").await?;
+    assert_unread(&msg, &counter, &[(1, 3), (5, 1)], &users, "before the deletion").await?;
+
+    relation.client().await?.delete_account(DeleteAccountRequest { user_id: 2 }).await?;
+    socialgraph_testkit::eventually(SETTLE, "the deleted account's private conversation to end", || {
+        let mut m = m.clone();
+        async move { Ok((exact(&mut m, 1).await?.0 == 1).then_some(())) }
+    })
+    .await?;
+    assert_unread(&msg, &counter, &[(1, 1), (5, 1)], &users, "2 is being deleted: only g's message stays unread").await?;
+    let list = listed(&mut m, 1).await?;
+    assert!(list.contains(&(private, 0, false)) && list.contains(&(g, 1, true)), "{list:?}");
+    let e = m.send_message(send_request(2, 0, g, "g2")).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "the deleted account left the group");
+
+    // The id, a fresh account now, writes to 1 again: the conversation opens from the present.
+    send(&mut m, 2, 1, 0, "again").await?;
+    assert_unread(&msg, &counter, &[(1, 2)], &users, "a new message opens it again").await?;
+    assert_eq!(bodies(&mut m, 1, private).await?, ["again"], "history before the deletion stays closed");
+
+    // A copy of the deletion event at a later offset changes nothing.
+    let k = socialgraph_testkit::kafka::connect(&socialgraph_testkit::kafka::brokers()).await?;
+    let records = socialgraph_testkit::kafka::read_all(&k, &topic).await?;
+    assert!(!records.is_empty(), "the deletion was published to {topic}");
+    for (p, r) in &records {
+        k.partition_client(topic.as_str(), *p, UnknownTopicHandling::Retry)
+            .await?
+            .produce(vec![r.record.clone()], Compression::NoCompression)
+            .await?;
+    }
+    accounts_applied(&db, &topic).await?;
+    assert_unread(&msg, &counter, &[(1, 2)], &users, "after a copy of the deletion").await?;
+    drop((msg, counter, relation));
+    db.drop_db().await
+}
+
+#[tokio::test]
+async fn a_deleted_account_ends_its_conversations_on_postgres() -> anyhow::Result<()> {
+    a_deleted_account_ends_its_conversations(Backend::Postgres).await
+}
+
+#[tokio::test]
+async fn a_deleted_account_ends_its_conversations_on_mariadb() -> anyhow::Result<()> {
+    a_deleted_account_ends_its_conversations(Backend::MariaDb).await
 }

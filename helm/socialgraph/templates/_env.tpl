@@ -38,6 +38,9 @@ SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
 {{- if has .name (list "relation" "projection" "counter") }}
 SG_KAFKA__RELATION_TOPIC: {{ $root.Values.kafka.relationTopic | quote }}
 {{- end }}
+{{- if has .name (list "relation" "message") }}
+SG_KAFKA__ACCOUNT_TOPIC: {{ $root.Values.kafka.accountTopic | quote }}
+{{- end }}
 SG_KAFKA__PARTITIONS: {{ $root.Values.kafka.partitions | int64 | quote }}
 {{- end -}}
 
@@ -146,9 +149,10 @@ SG_MESSAGE__URL: {{ include "socialgraph.serviceUrl" (list .root "message") | qu
 {{- end -}}
 
 {{/*
-message-svc: [server], [database], [kafka] (its topic, its relay, and live delivery's tail),
-[messages], [subscribe], [relation] (asked about blocks) and [auth] (the page-token key, from secretEnvs). It refuses every other
-section (no [redis], [cache], [limits] or [consumer]).
+message-svc: [server], [database], [kafka] (its topic, its relay, live delivery's tail and the
+account events it consumes), [messages], [subscribe], [relation] (asked about blocks) and [auth]
+(the page-token key, from secretEnvs), [consumer] (the account events; every replica reads every
+partition: the events are few and applying one twice changes nothing).
 */}}
 {{- define "socialgraph.configData.message" -}}
 {{- $v := .root.Values -}}
@@ -161,6 +165,13 @@ SG_KAFKA__RELAY_IDLE_POLL_MS: {{ $svc.kafka.relayIdlePollMs | int64 | quote }}
 SG_KAFKA__RELAY_ENABLED: {{ $svc.kafka.relayEnabled | toString | quote }}
 SG_DATABASE__MAX_CONNECTIONS: {{ $svc.database.maxConnections | int64 | quote }}
 SG_DATABASE__MIGRATE_ON_START: {{ $svc.database.migrateOnStart | toString | quote }}
+SG_DATABASE__CONSUMER_NAME: {{ $svc.database.consumerName | quote }}
+SG_CONSUMER__PARTITIONS: "all"
+SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
+SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
+SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
+SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_MESSAGES__MAX_BODY_BYTES: {{ $svc.messages.maxBodyBytes | int64 | quote }}
 SG_MESSAGES__MAX_GROUP_MEMBERS: {{ $svc.messages.maxGroupMembers | int64 | quote }}
 SG_SUBSCRIBE__IDLE_POLL_MS: {{ $svc.subscribe.idlePollMs | int64 | quote }}

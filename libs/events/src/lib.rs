@@ -19,3 +19,5 @@ pub const COUNTER_TOPIC: &str = "sg.counter.v1";
 pub const CONTENT_TOPIC: &str = "sg.content.v1";
 /// Topic of conversation events (`MessageEvent`, key = conversation_id), produced by message-svc.
 pub const MESSAGE_TOPIC: &str = "sg.message.v1";
+/// Topic of account lifecycle changes (`AccountEvent`, key = user_id), produced by relation-svc.
+pub const ACCOUNT_TOPIC: &str = "sg.account.v1";

@@ -300,6 +300,9 @@ pub struct KafkaSettings {
     pub counter_topic: String,
     /// Topic of conversation events (`sg.message.v1`; message-svc produces it).
     pub message_topic: String,
+    /// Topic of account lifecycle events (`sg.account.v1`; relation-svc produces it,
+    /// message-svc consumes it).
+    pub account_topic: String,
     /// Partitions of topics a service creates when they do not exist yet.
     pub partitions: i32,
     /// How long one Kafka request is retried before the caller backs off.
@@ -321,6 +324,7 @@ impl Default for KafkaSettings {
             content_topic: socialgraph_events::CONTENT_TOPIC.into(),
             counter_topic: socialgraph_events::COUNTER_TOPIC.into(),
             message_topic: socialgraph_events::MESSAGE_TOPIC.into(),
+            account_topic: socialgraph_events::ACCOUNT_TOPIC.into(),
             partitions: 12,
             request_deadline_ms: 5_000,
             relay_batch_size: 1000,

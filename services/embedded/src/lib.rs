@@ -9,7 +9,7 @@
 //!   log, its consumer and push worker run here, and it keeps the posts counter.
 //! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]).
 //! - MessageService is message-svc's own service on SQLite, without a relay: its events stay in
-//!   the log (nothing here consumes them yet).
+//!   the log (live delivery reads them there); its consumer of the account events reads the log.
 //!
 //! State lives in the SQLite file and survives a restart; consumers resume from the offsets
 //! stored in `consumer_offset`.
@@ -37,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 pub const PROJECTION_CONSUMER: &str = "projection";
 /// See [`PROJECTION_CONSUMER`].
 pub const COUNTER_CONSUMER: &str = "counter";
+/// See [`PROJECTION_CONSUMER`]: MessageService's consumer of the account events.
+pub const MESSAGE_CONSUMER: &str = "message";
 /// The log name under which the counter consumer stores its offset (it reads every topic).
 pub const WHOLE_LOG: &str = "outbox";
 
@@ -228,9 +230,25 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let streams = shutdown.child_token();
     let hub = socialgraph_message::live::Hub::new(message_log, message_config.subscribe.hub(), streams.clone());
     let hub_task = tokio::spawn(Arc::clone(&hub).run());
-    let messages =
-        socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new()), socialgraph_message::blocks::Blocks::Table);
-    let message_routes = socialgraph_message::routes(Arc::new(messages), hub);
+    let account_topic = message_config.kafka.account_topic.clone();
+    let messages = Arc::new(socialgraph_message::service::Messages::new(
+        db.clone(),
+        message_config,
+        Arc::new(Notify::new()),
+        socialgraph_message::blocks::Blocks::Table,
+    ));
+    // Accounts being deleted leave their conversations, as message-svc's consumer does in the mesh.
+    let ender = Arc::new(socialgraph_message::accounts::AccountEnder { messages: Arc::clone(&messages), consumer: MESSAGE_CONSUMER.into() });
+    let account_loop = tokio::spawn(log::consume(
+        db.clone(),
+        account_topic.clone(),
+        vec![account_topic],
+        ender,
+        progress.clone(),
+        Arc::clone(&log_wake),
+        loops.clone(),
+    ));
+    let message_routes = socialgraph_message::routes(messages, hub);
     let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
         let serving = socialgraph_server::GrpcServing {
             service_names: names,
@@ -255,6 +273,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         join_within("content consumers", limit, content_loop),
         join_within("fan-out", limit, fanout_loop),
         join_within("counter consumers", limit, counter_loop),
+        join_within("account consumer", limit, account_loop),
         join_within("admin server", limit, admin),
         join_within("event forwarding", limit, forward),
         join_within("account jobs", limit, account_jobs),

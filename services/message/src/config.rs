@@ -2,6 +2,7 @@
 //! environment variables (e.g. `SG_DATABASE__URL`, `SG_MESSAGES__MAX_BODY_BYTES`).
 
 use serde::{Deserialize, Serialize};
+pub use socialgraph_events::consumer::ConsumerSettings;
 pub use socialgraph_server::{AuthSettings, DatabaseSettings, KafkaSettings, ServerSettings};
 
 /// Everything message-svc reads.
@@ -12,8 +13,11 @@ pub struct Config {
     pub server: ServerSettings,
     /// The SQL database holding `conversation`, `conversation_member`, `message` and `outbox`.
     pub database: DatabaseSettings,
-    /// Kafka for the outbox relay (topic `kafka.message_topic`).
+    /// Kafka for the outbox relay (topic `kafka.message_topic`) and the account events it
+    /// consumes (`kafka.account_topic`).
     pub kafka: KafkaSettings,
+    /// Which partitions of `kafka.account_topic` this replica consumes, and how it polls.
+    pub consumer: ConsumerSettings,
     /// Sizes and caps.
     pub messages: MessageLimits,
     /// Page-token signing.
@@ -28,8 +32,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             server: ServerSettings::with_ports(50054, 9105),
-            database: DatabaseSettings::with_pool(32),
+            database: DatabaseSettings { consumer_name: "message".into(), ..DatabaseSettings::with_pool(32) },
             kafka: KafkaSettings::default(),
+            consumer: ConsumerSettings::default(),
             messages: MessageLimits::default(),
             auth: AuthSettings::default(),
             relation: RelationSettings::default(),

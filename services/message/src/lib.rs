@@ -4,6 +4,7 @@
 //!
 //! [`run`] is the whole service; `main` and the tests call it with their own listeners.
 
+pub mod accounts;
 pub mod blocks;
 pub mod config;
 pub mod edits;
@@ -69,6 +70,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
         .kafka
         .relay_enabled
         .then(|| tokio::spawn(socialgraph_server::relay::relay_task(db.clone(), config.kafka.clone(), topics, wake, relay_metrics, loops.clone())));
+    let accounts_task = tokio::spawn(consume_accounts(config.clone(), Arc::clone(&messages), loops.clone()));
     // Subscribe streams end as soon as shutdown fires, so the drain does not wait on them.
     let streams = shutdown.child_token();
     let hub = live::Hub::new(Arc::new(live::KafkaLog::new(config.kafka.clone())), config.subscribe.hub(), streams.clone());
@@ -77,7 +79,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     readiness.set(true);
     let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
     let admin_task = tokio::spawn(socialgraph_server::serve_admin(admin, registry, readiness.clone(), loops.clone()));
-    let served = socialgraph_server::serve_grpc(routes(messages, hub), grpc, serving, shutdown).await;
+    let served = socialgraph_server::serve_grpc(routes(Arc::clone(&messages), hub), grpc, serving, shutdown).await;
     loops.cancel();
     streams.cancel();
     let limit = Duration::from_millis(config.server.drain_timeout_ms);
@@ -85,7 +87,35 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     if let Some(relay) = relay {
         join_within("relay", limit, relay).await;
     }
+    join_within("account consumer", limit, accounts_task).await;
     join_within("admin server", limit, admin_task).await;
     within("database pool close", limit, db.close()).await;
     served
+}
+
+/// Consumes `kafka.account_topic` ([`accounts::AccountEnder`]) until `cancel`: connects (retrying
+/// while the broker is down), then one task per owned partition (`consumer.partitions`), each
+/// resuming from the offset stored beside its effects.
+async fn consume_accounts(config: Config, messages: Arc<service::Messages>, cancel: CancellationToken) {
+    use socialgraph_events::consumer::{Progress, run_partition};
+    let k = &config.kafka;
+    let topic = k.account_topic.clone();
+    let deadline = Duration::from_millis(k.request_deadline_ms);
+    let Some((client, counts)) = socialgraph_events::kafka::connect_until_ready(&k.brokers, deadline, &[topic.as_str()], k.partitions, &cancel).await
+    else {
+        return;
+    };
+    let (client, progress, activity) = (Arc::new(client), Progress::default(), Arc::new(Notify::new()));
+    let handler = Arc::new(accounts::AccountEnder { messages, consumer: config.database.consumer_name.clone() });
+    let owned = config.consumer.partitions.partitions(counts.first().copied().unwrap_or(k.partitions));
+    let tasks: Vec<_> = owned
+        .into_iter()
+        .map(|p| {
+            let (c, h, prog, a, cc) = (Arc::clone(&client), Arc::clone(&handler), progress.clone(), Arc::clone(&activity), cancel.clone());
+            tokio::spawn(run_partition(c, topic.clone(), p, h, prog, config.consumer.clone(), a, cc))
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
 }

@@ -300,9 +300,14 @@ impl Messages {
         // the commit (a failed check rolls the sequence back).
         let conversation = store::next_seq(tx, conversation_id, now).await?.ok_or_else(not_a_member)?;
         let seq = conversation.last_seq;
-        let active = store::active_members(tx, conversation_id).await?;
+        let mut active = store::active_members(tx, conversation_id).await?;
         if !active.iter().any(|m| m.user_id == s.sender_id) {
-            return Err(not_a_member().into());
+            // A private conversation whose members are not active was ended by an account's
+            // deletion (crate::accounts); a new message to the id opens it again from here.
+            match (s.target, conversation.direct) {
+                (Target::Recipient(_), Some(pair)) => active = self.reopen(tx, conversation_id, pair, seq, s.sender_id, now).await?,
+                _ => return Err(not_a_member().into()),
+            }
         }
         let recipients: Vec<i64> = active.iter().map(|m| m.user_id).filter(|u| *u != s.sender_id).collect();
         if let Some((low, high)) = conversation.direct {
@@ -328,6 +333,27 @@ impl Messages {
             deleted_at_ms: None,
         };
         Ok(Sent { message, created: true })
+    }
+
+    /// Opens again private conversation `conversation_id` of `pair` (ended by an account's
+    /// deletion) for a message at `seq` by `sender_id`: its inactive members join as of the
+    /// message before it (MEMBERS_ADDED). Returns the active members' rows after.
+    async fn reopen(
+        &self,
+        tx: &DatabaseTransaction,
+        conversation_id: i64,
+        pair: (i64, i64),
+        seq: i64,
+        sender_id: i64,
+        now: i64,
+    ) -> Result<Vec<MemberRow>, TxError> {
+        let active: Vec<i64> = store::active_members(tx, conversation_id).await?.iter().map(|m| m.user_id).collect();
+        let ended: Vec<i64> = [pair.0, pair.1].into_iter().filter(|u| !active.contains(u)).collect();
+        let last_message_id = store::message_id_at(tx, conversation_id, seq - 1).await?;
+        let joined = store::join(tx, conversation_id, &ended, seq - 1, last_message_id, now).await?;
+        store::add_member_count(tx, conversation_id, ended.len() as i32).await?;
+        self.publish(tx, &self.event(MessageEventKind::MembersAdded, conversation_id, sender_id, ended, &joined, now), now).await?;
+        Ok(store::active_members(tx, conversation_id).await?)
     }
 
     /// Moves `user_id`'s read cursor forward to `message_id`; returns (changed, member row after).

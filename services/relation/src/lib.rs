@@ -100,7 +100,7 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let wake = Arc::new(Notify::new());
     let relations = build(db.clone(), Some(redis), true, &config, Arc::clone(&wake), &registry)?;
     let loops = CancellationToken::new();
-    let topics = vec![config.kafka.relation_topic.clone()];
+    let topics = vec![config.kafka.relation_topic.clone(), config.kafka.account_topic.clone()];
     let relay = config
         .kafka
         .relay_enabled

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use sea_orm::DatabaseTransaction;
 use socialgraph_domain::{Edge, EdgeState, validate_user_id};
-use socialgraph_proto::events::v1::RelationEventKind;
+use socialgraph_proto::events::v1::{AccountEvent, AccountLifecycle, RelationEventKind};
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::accounts::{self, Account, AccountJob, AccountStatus};
 use socialgraph_storage::outbox;
@@ -39,6 +39,39 @@ pub(crate) fn inactive_error() -> ApiError {
         reason: "ACCOUNT_INACTIVE",
         message: "one of the accounts is deactivated, suspended or being deleted".into(),
         metadata: Default::default(),
+    }
+}
+
+/// The time of a status change of `old`'s account, which its event carries as the version: now,
+/// but at least one above the previous change, so the versions of one account only grow.
+fn next_change_ms(old: &Account) -> i64 {
+    now_ms().max(old.changed_at_ms + 1)
+}
+
+impl Relations {
+    /// The outbox row of `account`'s status change (topic `kafka.account_topic`, key = user id),
+    /// written in the transaction of the change.
+    fn account_event_row(&self, account: &Account) -> outbox::NewOutboxRow {
+        let status = match account.status {
+            AccountStatus::Active => AccountLifecycle::Active,
+            AccountStatus::Deactivated => AccountLifecycle::Deactivated,
+            AccountStatus::Suspended => AccountLifecycle::Suspended,
+            AccountStatus::Deleting => AccountLifecycle::Deleting,
+        };
+        let event = AccountEvent {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            user_id: account.user_id,
+            status: status as i32,
+            version: account.changed_at_ms,
+            occurred_at: Some(socialgraph_domain::timestamp_from_ms(account.changed_at_ms)),
+        };
+        outbox::NewOutboxRow {
+            topic: self.config.kafka.account_topic.clone(),
+            partition_key: account.user_id,
+            payload: prost::Message::encode_to_vec(&event),
+            headers: socialgraph_events::headers::encode(&socialgraph_events::headers::event_headers("socialgraph.events.v1.AccountEvent")),
+            created_at_ms: account.changed_at_ms,
+        }
     }
 }
 
@@ -102,8 +135,10 @@ impl Relations {
                 // Deactivated ↔ suspended: the edges stay hidden; a hide in progress goes on.
                 _ => old.job,
             };
-            let new = Account { status, job, edges_done: if job == old.job { old.edges_done } else { 0 }, status_xid: 0, changed_at_ms: now_ms(), ..old };
+            let changed_at_ms = next_change_ms(&old);
+            let new = Account { status, job, edges_done: if job == old.job { old.edges_done } else { 0 }, status_xid: 0, changed_at_ms, ..old };
             accounts::put(&txn, &new).await?;
+            outbox::insert(&txn, &[self.account_event_row(&new)]).await?;
             Ok((new, true))
         }
         .await);
@@ -124,8 +159,10 @@ impl Relations {
             if old.status == AccountStatus::Deleting {
                 return Ok((old, false));
             }
-            let new = Account { status: AccountStatus::Deleting, job: AccountJob::Delete, edges_done: 0, status_xid: 0, changed_at_ms: now_ms(), ..old };
+            let changed_at_ms = next_change_ms(&old);
+            let new = Account { status: AccountStatus::Deleting, job: AccountJob::Delete, edges_done: 0, status_xid: 0, changed_at_ms, ..old };
             accounts::put(&txn, &new).await?;
+            outbox::insert(&txn, &[self.account_event_row(&new)]).await?;
             Ok::<_, TxError>((new, true))
         }
         .await);

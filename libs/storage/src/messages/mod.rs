@@ -38,6 +38,7 @@ enum Message {
     SentAtMs,
 }
 
+pub mod accounts;
 mod write;
 pub use write::*;
 
