@@ -4,13 +4,18 @@
 
 use socialgraph_integration_tests::Mesh;
 use socialgraph_integration_tests::gateway::spawn_gateway;
+use socialgraph_integration_tests::messages::{message_config, spawn_message};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn schemathesis_finds_no_server_error_and_no_response_off_the_document() -> anyhow::Result<()> {
     let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/schemathesis");
     anyhow::ensure!(tool.exists(), "{} is missing: run `make deps` (it installs scripts/requirements-dev.txt into .venv)", tool.display());
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
-    let gw = spawn_gateway(&mesh, |_| {}).await?;
+    // message-svc on the mesh's database, behind the gateway's message routes.
+    let mut message = message_config(&mesh.db.url, &socialgraph_testkit::unique("sg.message.test."));
+    message.kafka.account_topic = socialgraph_integration_tests::account_topic_of(&mesh.topics.relation);
+    let message = spawn_message(message).await?;
+    let gw = spawn_gateway(&mesh, |c| c.upstream.message_url = format!("http://{}", message.addr)).await?;
     let report = std::env::temp_dir().join(format!("sg-schemathesis-{}", std::process::id()));
     // One worker: schemathesis 4.32's shared generation cache is not safe across workers (a
     // KeyError inside it was seen under load), and one worker makes the run repeatable.
@@ -37,5 +42,6 @@ async fn schemathesis_finds_no_server_error_and_no_response_off_the_document() -
     let n = socialgraph_httpapi::routes(&socialgraph_httpapi::pool()?)?.len();
     assert!(stdout.contains(&format!("{n} selected / {n} total")), "every one of the {n} operations was tested:\n{stdout}");
     gw.stop().await?;
+    message.stop().await?;
     mesh.stop().await
 }

@@ -225,7 +225,9 @@ fn require_always_printed(routes: &[Route], defs: &mut BTreeMap<String, Value>) 
         reachable(&route.rpc.input(), &mut in_requests);
     }
     let Some(pool) = routes.first().map(|r| r.rpc.parent_pool().clone()) else { return };
-    for (name, schema) in defs.iter_mut().filter(|(name, _)| !in_requests.contains(*name)) {
+    // The google.* schemas (Status, Any) are written by hand for the error model, not printed
+    // from a message.
+    for (name, schema) in defs.iter_mut().filter(|(name, _)| !in_requests.contains(*name) && !name.starts_with("google.")) {
         let Some(m) = pool.get_message_by_name(name) else { continue };
         let required: Vec<String> = m.fields().filter(|f| !f.supports_presence()).map(|f| f.json_name().to_owned()).collect();
         if !required.is_empty() {
@@ -284,6 +286,7 @@ mod tests {
         assert!(relationship.as_array().is_some_and(|r| r.contains(&json!("blockedBy")) && !r.contains(&json!("followedAt"))), "{relationship}");
         let import = &doc["components"]["schemas"]["socialgraph.relation.v1.FollowRequest"];
         assert!(import.get("required").is_none(), "a request may leave fields out");
+        assert!(doc["components"]["schemas"]["google.protobuf.Any"].get("required").is_none(), "error details are not printed messages");
         assert_eq!(counts[2]["schema"]["type"], "array");
         let batch = &doc["paths"]["/v1/users/{user_id}/relationships:batchGet"]["post"];
         let props = &batch["requestBody"]["content"]["application/json"]["schema"]["properties"];
