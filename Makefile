@@ -4,7 +4,7 @@
 #   make run     build, start `socialgraph dev` (embedded, one SQLite file), load and verify a
 #                follow graph, print a tour, leave it serving (DATA=path for another edge list)
 #   make stop    stop what make run started
-#   make run-mesh  make deps, build, and start the three services of the distributed mesh
+#   make run-mesh  make deps, build, and start the distributed mesh (four services and the gateway; Ctrl-C stops it)
 #   make bench   the benchmarks (release build; prints numbers)
 #   make soak    ten minutes of writes with a fault every minute, then every view checked
 #   make bench-falkordb  install and start FalkorDB, then the cache benchmark beside it

@@ -153,6 +153,17 @@ impl Pages {
                 None => (link.as_str(), None),
             };
             let target = if path.is_empty() { file.to_path_buf() } else { normalize(&dir.join(path)) };
+            // mdBook renders a chapter README.md as index.html but rewrites links to it as
+            // README.html: such a link works on a forge and is a 404 in the book.
+            let in_book = file.starts_with(crate::book_src()) && target.starts_with(crate::book_src());
+            if in_book && target.file_name().is_some_and(|n| n == "README.md") {
+                broken.push(Broken {
+                    file: file.to_path_buf(),
+                    link: link.clone(),
+                    why: "mdBook serves README.md as index.html: name the page index.md".into(),
+                });
+                continue;
+            }
             if let Some(why) = self.resolve(&target, fragment) {
                 broken.push(Broken { file: file.to_path_buf(), link: link.clone(), why });
             }

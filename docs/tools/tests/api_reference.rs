@@ -16,7 +16,7 @@ fn the_checked_in_api_reference_matches_the_proto() -> anyhow::Result<()> {
     for entry in std::fs::read_dir(&dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
         let stem = name.trim_end_matches(".md");
-        assert!(name == "README.md" || pages.iter().any(|(n, _)| n == stem), "{name} in {} is not generated: remove it", dir.display());
+        assert!(name == "index.md" || pages.iter().any(|(n, _)| n == stem), "{name} in {} is not generated: remove it", dir.display());
     }
     Ok(())
 }
