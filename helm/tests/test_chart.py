@@ -182,9 +182,7 @@ def test_probes_are_native_grpc_on_each_services_grpc_port(variant):
         assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
             "grpc": (grpc_port, "grpc"), "admin": (admin_port, "admin")}
     # Callers inside the chart follow the ports.
-    for caller in ("projection", MESSAGE):
-        assert rendered.environment(caller)["SG_RELATION__URL"] == (
-            f"http://{RELEASE}-relation:{ports['relation'][0]}")
+    assert rendered.environment("projection")["SG_RELATION__URL"] == f"http://{RELEASE}-relation:{ports['relation'][0]}"
     assert rendered.environment("counter")["SG_PROJECTION__URL"] == (
         f"http://{RELEASE}-projection:{ports['projection'][0]}")
 
@@ -592,8 +590,8 @@ def _checksums(rendered):
     # The gateway reads no secret and no store setting, but follows the services' addresses.
     (ALL_INLINE, {"gateway": {"http": {"corsAllowedOrigins": ["https://app.example.com"]}}}, {GATEWAY}),
     (ALL_INLINE, {"gateway": {"upstream": {"channels": 8}}}, {GATEWAY}),
-    # projection-svc (rebuilds) and message-svc (blocks) call relation-svc.
-    ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", MESSAGE, GATEWAY}),
+    # projection-svc (rebuilds) and the gateway call relation-svc; message-svc no more.
+    ({}, {"relation": {"ports": {"grpc": 6001}}}, {"relation", "projection", GATEWAY}),
     ({}, {"counter": {"ports": {"grpc": 6003}}}, {"counter", GATEWAY}),
     # counter-svc (unread rebuilds) and the gateway (the message routes) call message-svc.
     ({}, {MESSAGE: {"ports": {"grpc": 6004}}}, {MESSAGE, "counter", GATEWAY}),
@@ -694,10 +692,10 @@ def test_service_monitors_scrape_metrics_on_the_admin_port(production):
 
 def test_network_policies_admit_only_the_named_callers(production):
     values = chartlib.production_values()
-    # The chart's own callers: projection-svc rebuilds from relation-svc and message-svc asks it
-    # about blocks, counter-svc copies projection-svc's counts and rebuilds message-svc's unread
-    # counts, the gateway calls all four.
-    internal = {"relation": ["projection", MESSAGE, GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
+    # The chart's own callers: projection-svc rebuilds from relation-svc, counter-svc copies
+    # projection-svc's counts and rebuilds message-svc's unread counts, the gateway calls all
+    # four. message-svc calls nothing (blocks come from the account events).
+    internal = {"relation": ["projection", GATEWAY], "projection": ["counter", GATEWAY], "counter": [GATEWAY],
                 MESSAGE: ["counter", GATEWAY], GATEWAY: []}
     for name in COMPONENTS:
         policy = production.get("NetworkPolicy", f"{RELEASE}-{name}")
@@ -726,7 +724,7 @@ def _component_peer(component: str) -> list:
 def test_network_policy_without_callers_admits_nobody_from_outside():
     rendered = render(VARIANTS["network-policy-without-callers"])
     assert rendered.get("NetworkPolicy", f"{RELEASE}-{GATEWAY}")["spec"]["ingress"] == []
-    for name, callers in (("relation", ["projection", MESSAGE, GATEWAY]), ("projection", ["counter", GATEWAY]),
+    for name, callers in (("relation", ["projection", GATEWAY]), ("projection", ["counter", GATEWAY]),
                           ("counter", [GATEWAY]), (MESSAGE, ["counter", GATEWAY])):
         ingress = rendered.get("NetworkPolicy", f"{RELEASE}-{name}")["spec"]["ingress"]
         assert [r["ports"] for r in ingress] == [[{"port": "grpc", "protocol": "TCP"}]]
@@ -737,7 +735,7 @@ def test_network_policy_without_callers_admits_nobody_from_outside():
     assert without.get("NetworkPolicy", f"{RELEASE}-counter")["spec"]["ingress"] == []
     relation = without.get("NetworkPolicy", f"{RELEASE}-relation")["spec"]["ingress"]
     assert [list(p["podSelector"]["matchLabels"].items()) for p in relation[0]["from"]] == [
-        _component_peer("projection"), _component_peer(MESSAGE)]
+        _component_peer("projection")]
     message = without.get("NetworkPolicy", f"{RELEASE}-{MESSAGE}")["spec"]["ingress"]
     assert [list(p["podSelector"]["matchLabels"].items()) for p in message[0]["from"]] == [
         _component_peer("counter")]

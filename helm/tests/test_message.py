@@ -72,7 +72,7 @@ READS = {
     "SG_KAFKA__BROKERS", "SG_KAFKA__MESSAGE_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_KAFKA__RELAY_BATCH_SIZE", "SG_KAFKA__RELAY_IDLE_POLL_MS", "SG_KAFKA__RELAY_ENABLED",
     "SG_MESSAGES__MAX_BODY_BYTES", "SG_MESSAGES__MAX_GROUP_MEMBERS", "SG_AUTH__PAGE_TOKEN_SECRET",
-    "SG_RELATION__URL", "SG_SUBSCRIBE__IDLE_POLL_MS", "SG_SUBSCRIBE__QUIET_POLL_MS", "SG_SUBSCRIBE__BUFFER",
+    "SG_SUBSCRIBE__IDLE_POLL_MS", "SG_SUBSCRIBE__QUIET_POLL_MS", "SG_SUBSCRIBE__BUFFER",
     "SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS",
 }
 
@@ -156,8 +156,8 @@ def test_config_holds_only_the_sections_it_accepts(variant):
     assert settings <= accepted_settings()
     assert settings <= READS
     assert not [k for k in env if re.match(r"SG_(REDIS|CACHE|LIMITS|FEED|COUNTERS|PROJECTION)__", k)]
-    # Of relation-svc's settings only its URL (asked about blocks).
-    assert [k for k in env if k.startswith("SG_RELATION__")] == ["SG_RELATION__URL"]
+    # Nothing of relation-svc: message-svc calls it no more (blocks come from the events).
+    assert not [k for k in env if k.startswith("SG_RELATION__")]
     # No admin RPC, so no admin token, even where the other services get one.
     assert "SG_AUTH__ADMIN_TOKEN" not in env
     # The same config the ConfigMap holds: nothing of another service.
@@ -193,7 +193,6 @@ def test_default_settings():
         "SG_CONSUMER__DEEP_IDLE_MS": "1000",
         "SG_MESSAGES__MAX_BODY_BYTES": "16384",
         "SG_MESSAGES__MAX_GROUP_MEMBERS": "1000",
-        "SG_RELATION__URL": f"http://{RELEASE}-relation:50051",
         "SG_SUBSCRIBE__IDLE_POLL_MS": "20",
         "SG_SUBSCRIBE__QUIET_POLL_MS": "200",
         "SG_SUBSCRIBE__BUFFER": "4096",
@@ -217,7 +216,9 @@ def test_values_become_the_documented_variables():
                   "subscribe": {"maxCatchUpRecords": 50000000, "quietPollMs": 1000}},
     }))
     env = rendered.environment(MESSAGE)
-    assert env["SG_RELATION__URL"] == "http://relation.other:50051"
+    assert "SG_RELATION__URL" not in env, "deprecated and ignored"
+    (notes,) = [v for k, v in rendered.text.items() if k.endswith("NOTES.txt")]
+    assert "WARNING: message.relationUrl is deprecated" in notes
     assert env["SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS"] == "50000000" and env["SG_SUBSCRIBE__QUIET_POLL_MS"] == "1000"
     assert env["SG_KAFKA__MESSAGE_TOPIC"] == "chat.events.v2"
     assert env["SG_KAFKA__PARTITIONS"] == "24" and env["SG_KAFKA__REQUEST_DEADLINE_MS"] == "2500"
@@ -422,12 +423,7 @@ def test_disabled_renders_no_message_objects(variant):
         actual = {(o["kind"], o["metadata"]["name"]): o for o in rendered.objects}
         assert pods(actual)["checksum/config"] != pods(expected)["checksum/config"]
         pods(expected)["checksum/config"] = pods(actual)["checksum/config"]
-    # relation-svc's network policy no longer admits message-svc (which asked it about blocks).
-    relation_policy = expected.get(("NetworkPolicy", f"{RELEASE}-relation"))
-    if relation_policy:
-        for rule in relation_policy["spec"]["ingress"]:
-            rule["from"] = [p for p in rule["from"]
-                            if p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") != MESSAGE]
+    # (relation-svc's network policy never admits message-svc: it calls nothing.)
     for obj in rendered.objects:
         if obj["kind"] != "PrometheusRule":
             assert obj == expected[(obj["kind"], obj["metadata"]["name"])], (obj["kind"], obj["metadata"]["name"])
@@ -481,11 +477,11 @@ def test_pdb_service_monitor_and_network_policy():
     # Without counter-svc and the gateway, nothing of the chart calls message-svc: nobody is admitted.
     alone = render({"networkPolicy": {"enabled": True}, "counter": {"enabled": False}, GATEWAY: {"enabled": False}})
     assert alone.get("NetworkPolicy", NAME)["spec"]["ingress"] == []
-    # No other policy but relation-svc's (blocks) admits message-svc's pods as a caller.
+    # No policy admits message-svc's pods as a caller: it calls no other service.
     for other in nobody.of_kind("NetworkPolicy"):
         callers = {peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
                    for rule in other["spec"]["ingress"] for peer in rule["from"]}
-        assert (MESSAGE in callers) == (other["metadata"]["name"] == f"{RELEASE}-relation"), other["metadata"]["name"]
+        assert MESSAGE not in callers, other["metadata"]["name"]
     assert render({MESSAGE: {"pdb": {"enabled": False}}}).find("PodDisruptionBudget", NAME) is None
 
 

@@ -35,9 +35,9 @@ pub async fn spawn_message(config: MessageConfig) -> anyhow::Result<Svc> {
     crate::spawn(|grpc, admin, shutdown| socialgraph_message::run(config, grpc, admin, shutdown)).await
 }
 
-/// A fresh database of `backend`, a relation-svc on it (asked about blocks; its relay off) and a
-/// message-svc with a fresh topic; `relay` runs message-svc's outbox relay (which needs the
-/// broker). Returns (database, message-svc, its topic, relation-svc); dropping a service kills it.
+/// A fresh database of `backend`, a relation-svc on it (its relay publishing the account events:
+/// blocks, deletions) and a message-svc with a fresh topic; `relay` runs message-svc's outbox
+/// relay too. Returns (database, message-svc, its topic, relation-svc); dropping a service kills it.
 ///
 /// # Errors
 /// A dependency is missing (the message says how to start it).
@@ -67,14 +67,15 @@ pub struct MessageMesh {
 pub async fn message_mesh(backend: Backend, relay: bool) -> anyhow::Result<MessageMesh> {
     let db = TestDb::create(backend).await?;
     let topic = socialgraph_testkit::unique("sg.message.test.");
-    let mut relation = crate::relation_config(&db.url, &socialgraph_testkit::unique("sg.relation.test."));
-    relation.kafka.relay_enabled = false;
+    // relation-svc's relay publishes the account events (blocks, deletions) message-svc keeps
+    // its copy from; on one database it shares the outbox, and the leadership, with
+    // message-svc's relay.
+    let relation = crate::relation_config(&db.url, &socialgraph_testkit::unique("sg.relation.test."));
     let account_topic = relation.kafka.account_topic.clone();
     let relation = crate::spawn_relation(relation).await?;
     let mut config = message_config(&db.url, &topic);
     config.kafka.account_topic = account_topic.clone();
     config.kafka.relay_enabled = relay;
-    config.relation.url = format!("http://{}", relation.addr);
     let message = spawn_message(config).await?;
     Ok(MessageMesh { db, message, topic, relation, account_topic })
 }

@@ -1,6 +1,7 @@
 //! The embedded mode (`socialgraph dev`, one SQLite file) after a conversation changes: a group
 //! left counts 0 unread in MessageService and CounterService alike (the two used to disagree
-//! there), and the CLI's delete-message, edit-message and rename-group do what the mesh does.
+//! there), the CLI's delete-message, edit-message and rename-group do what the mesh does, and an
+//! account being deleted leaves its conversations.
 
 use socialgraph_integration_tests::spawn_dev;
 use socialgraph_proto::counter::v1 as cpb;
@@ -45,6 +46,18 @@ async fn in_the_embedded_mode_leaving_deleting_editing_and_renaming_keep_both_ap
     assert_eq!(both(&dev, 3).await?, (1, 1), "an edit and a rename move no count");
     let refused = socialgraph_cli::messages::delete(&e, 3, first.message_id, true).await.unwrap_err();
     assert!(refused.to_string().contains("NOT_THE_SENDER"), "{refused}");
+
+    // An account being deleted leaves its conversations here too: 7's private messages to 3 stop
+    // counting for 3 once relation-svc's account event is applied from the log.
+    let private = |id: &str| SendMessageRequest { sender_id: 7, recipient_id: 3, conversation_id: 0, client_message_id: id.into(), body: id.into() };
+    m.send_message(private("p1")).await?;
+    assert_eq!(both(&dev, 3).await?, (2, 2));
+    let mut r = socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient::connect(dev.relation.clone()).await?;
+    r.delete_account(socialgraph_proto::relation::v1::DeleteAccountRequest { user_id: 7 }).await?;
+    socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the deleted account's conversation to end", || async {
+        Ok((both(&dev, 3).await? == (1, 1)).then_some(()))
+    })
+    .await?;
     dev.stop().await?;
     std::fs::remove_file(&data).ok();
     Ok(())

@@ -57,9 +57,17 @@ async fn the_embedded_mesh_serves_messages_on_sqlite_exactly_across_a_restart() 
     assert_eq!(next(&mut live).await?.kind, SubscribeEventKind::Subscribed as i32);
     assert_eq!(next(&mut live).await?.message.map(|m| m.body), Some(b"again".to_vec()));
     drop(live);
-    // Blocks stop private messages here too (read from the same SQLite file).
+    // Blocks stop private messages here too: message-svc's copy follows the block's event in the
+    // log within moments (a send in between would still go through).
     let mut r = RelationServiceClient::connect(dev.relation.clone()).await?;
     r.block(BlockRequest { blocker_id: 5001, blocked_id: 5004 }).await?;
+    let data_url = format!("sqlite://{}?mode=rw", data.display());
+    let db = socialgraph_storage::connect(&data_url, 1).await?;
+    socialgraph_testkit::eventually(std::time::Duration::from_secs(30), "the block to reach message-svc's copy", || async {
+        Ok(socialgraph_storage::block_pairs::copy_blocked(&db, 5001, 5004).await?.then_some(()))
+    })
+    .await?;
+    db.close().await?;
     let req = SendMessageRequest { sender_id: 5004, recipient_id: 5001, conversation_id: 0, client_message_id: "b".into(), body: b"hi".to_vec() };
     let refused = c.send_message(req).await.unwrap_err();
     assert_eq!((refused.code(), reason(&refused)), (tonic::Code::PermissionDenied, "BLOCKED".into()));

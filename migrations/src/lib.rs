@@ -28,6 +28,7 @@ mod m20261202_000001_create_feed;
 mod m20261203_000001_create_messages;
 mod m20261207_000001_add_member_unread;
 mod m20261207_000002_create_message_account_seen;
+mod m20261207_000003_create_block_pairs;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000001_create_messages::Migration),
             Box::new(m20261207_000001_add_member_unread::Migration),
             Box::new(m20261207_000002_create_message_account_seen::Migration),
+            Box::new(m20261207_000003_create_block_pairs::Migration),
         ]
     }
 }

@@ -150,7 +150,7 @@ SG_MESSAGE__URL: {{ include "socialgraph.serviceUrl" (list .root "message") | qu
 
 {{/*
 message-svc: [server], [database], [kafka] (its topic, its relay, live delivery's tail and the
-account events it consumes), [messages], [subscribe], [relation] (asked about blocks) and [auth]
+account events it consumes: deletions and blocks), [messages], [subscribe] and [auth]
 (the page-token key, from secretEnvs), [consumer] (the account events; every replica reads every
 partition: the events are few and applying one twice changes nothing).
 */}}
@@ -178,7 +178,6 @@ SG_SUBSCRIBE__IDLE_POLL_MS: {{ $svc.subscribe.idlePollMs | int64 | quote }}
 SG_SUBSCRIBE__QUIET_POLL_MS: {{ $svc.subscribe.quietPollMs | int64 | quote }}
 SG_SUBSCRIBE__BUFFER: {{ $svc.subscribe.buffer | int64 | quote }}
 SG_SUBSCRIBE__MAX_CATCH_UP_RECORDS: {{ $svc.subscribe.maxCatchUpRecords | int64 | quote }}
-SG_RELATION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "relation")) $svc.relationUrl | quote }}
 {{- end -}}
 
 {{/*

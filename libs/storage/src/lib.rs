@@ -6,6 +6,7 @@
 //! callers choose the transaction boundaries.
 
 pub mod accounts;
+pub mod block_pairs;
 pub mod cas;
 pub mod counts;
 pub mod edges;
@@ -131,6 +132,24 @@ pub fn is_unavailable(err: &DbErr) -> bool {
     ]
     .iter()
     .any(|needle| text.contains(needle))
+}
+
+/// A statement written with `?` placeholders (numbered `$1, $2, …` for PostgreSQL), so each
+/// text is prepared once per connection and its values travel bound.
+pub(crate) fn bound(backend: sea_orm::DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> sea_orm::Statement {
+    let sql = if backend == sea_orm::DbBackend::Postgres {
+        let mut out = String::with_capacity(sql.len() + 8);
+        for (i, part) in sql.split('?').enumerate() {
+            if i > 0 {
+                out.push_str(&format!("${i}"));
+            }
+            out.push_str(part);
+        }
+        out
+    } else {
+        sql.to_owned()
+    };
+    sea_orm::Statement::from_sql_and_values(backend, sql, values)
 }
 
 #[cfg(test)]

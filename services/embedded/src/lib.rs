@@ -231,12 +231,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let hub = socialgraph_message::live::Hub::new(message_log, message_config.subscribe.hub(), streams.clone());
     let hub_task = tokio::spawn(Arc::clone(&hub).run());
     let account_topic = message_config.kafka.account_topic.clone();
-    let messages = Arc::new(socialgraph_message::service::Messages::new(
-        db.clone(),
-        message_config,
-        Arc::new(Notify::new()),
-        socialgraph_message::blocks::Blocks::Table,
-    ));
+    let messages = Arc::new(socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new())));
     // Accounts being deleted leave their conversations, as message-svc's consumer does in the mesh.
     let ender = Arc::new(socialgraph_message::accounts::AccountEnder { messages: Arc::clone(&messages), consumer: MESSAGE_CONSUMER.into() });
     let account_loop = tokio::spawn(log::consume(

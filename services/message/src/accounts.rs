@@ -6,6 +6,11 @@
 //! states (counter-svc's unread counts follow from it). A later private message between the
 //! peer and the id, a fresh account by then, opens the conversation again from the present.
 //!
+//! The same events carry every change of whether a pair of users blocks each other (kind
+//! BLOCK): message-svc copies them into `message_block_copy`, newest version per pair, in the
+//! transaction that stores the offset, and decides private sends from that copy
+//! ([`crate::blocks`]).
+//!
 //! Effectively once: per account the newest version applied is kept (`message_account_seen`),
 //! written with the consumer's offset once the account's conversations have ended; an event not
 //! above it changes nothing. A crash in the middle leaves the rest to the replay, which finds
@@ -17,7 +22,8 @@ use prost::Message as _;
 use rskafka::record::RecordAndOffset;
 use socialgraph_domain::now_ms;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
-use socialgraph_proto::events::v1::{AccountEvent, AccountLifecycle, MessageEventKind};
+use socialgraph_proto::events::v1::{AccountEvent, AccountEventKind, AccountLifecycle, MessageEventKind};
+use socialgraph_storage::block_pairs;
 use socialgraph_storage::messages::{self as store, MemberRow, accounts as seen};
 use socialgraph_storage::offsets::{self, StoredOffset};
 use socialgraph_storage::retry_tx;
@@ -82,11 +88,16 @@ impl BatchHandler for AccountEnder {
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
         let mut applied: Vec<(i64, i64)> = Vec::new();
+        let mut blocks: Vec<((i64, i64), bool, i64)> = Vec::new();
         let mut last_event_ms = None;
         for r in records {
             let Ok(e) = AccountEvent::decode(r.record.value.as_deref().unwrap_or_default()) else { continue };
             last_event_ms = e.occurred_at.as_ref().map(socialgraph_domain::timestamp_to_ms).or(last_event_ms);
-            if e.user_id <= 0 || e.status != AccountLifecycle::Deleting as i32 {
+            if e.kind == AccountEventKind::Block as i32 && e.user_id > 0 && e.other_user_id > e.user_id {
+                blocks.push(((e.user_id, e.other_user_id), e.blocked, e.version));
+                continue;
+            }
+            if e.kind != AccountEventKind::Status as i32 || e.user_id <= 0 || e.status != AccountLifecycle::Deleting as i32 {
                 continue;
             }
             let newest = applied.iter().filter(|(u, _)| *u == e.user_id).map(|(_, v)| *v).max();
@@ -107,6 +118,9 @@ impl BatchHandler for AccountEnder {
             let now = now_ms();
             for (user, version) in &applied {
                 seen::record_seen(&txn, *user, *version, now).await?;
+            }
+            for (pair, blocked, version) in &blocks {
+                block_pairs::apply_copy(&txn, *pair, *blocked, *version, now).await?;
             }
             offsets::store(&txn, &self.consumer, topic, StoredOffset { partition, next_offset, last_event_ms }, now).await?;
             txn.commit().await

@@ -22,7 +22,7 @@ pub struct Config {
     pub messages: MessageLimits,
     /// Page-token signing.
     pub auth: AuthSettings,
-    /// relation-svc, asked whether two users block each other before a private message.
+    /// Deprecated and ignored: blocks come from relation-svc's account events now.
     pub relation: RelationSettings,
     /// Live delivery (Subscribe).
     pub subscribe: SubscribeSettings,
@@ -60,18 +60,24 @@ impl Default for MessageLimits {
     }
 }
 
-/// `[relation]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `[relation]`: deprecated, read by no code. message-svc asked relation-svc about blocks up to
+/// 0.1.0; it keeps its own copy from the account events now. Accepted for one more release.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelationSettings {
-    /// gRPC URL of relation-svc. Every new private message asks it (GetRelationship) whether
-    /// either user blocks the other; while it does not answer, private sends are UNAVAILABLE.
+    /// Was relation-svc's gRPC URL; ignored (a warning at start when set).
     pub url: String,
 }
 
-impl Default for RelationSettings {
-    fn default() -> Self {
-        Self { url: "http://127.0.0.1:50051".into() }
+impl RelationSettings {
+    /// Logs a deprecation warning when `relation.url` is set.
+    pub fn warn_if_set(&self) {
+        if !self.url.is_empty() {
+            tracing::warn!(
+                key = "relation.url",
+                "relation.url (SG_RELATION__URL) is deprecated and ignored: message-svc keeps its own copy of blocks from the account events; remove it"
+            );
+        }
     }
 }
 

@@ -21,7 +21,6 @@ use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
 use socialgraph_events::RelayMetrics;
 use socialgraph_proto::message::v1::message_service_server::MessageServiceServer;
-use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_server::Readiness;
 use socialgraph_server::stop::{join_within, within};
 use tokio::net::TcpListener;
@@ -61,9 +60,8 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let registry = prometheus::Registry::new();
     let relay_metrics = RelayMetrics::register(&registry)?;
     let wake = Arc::new(Notify::new());
-    let relation = tonic::transport::Channel::from_shared(config.relation.url.clone()).context("relation.url")?.connect_lazy();
-    let blocks = blocks::Blocks::Relation(RelationServiceClient::new(relation));
-    let messages = Arc::new(service::Messages::new(db.clone(), config.clone(), Arc::clone(&wake), blocks));
+    config.relation.warn_if_set();
+    let messages = Arc::new(service::Messages::new(db.clone(), config.clone(), Arc::clone(&wake)));
     let loops = CancellationToken::new();
     let topics = vec![config.kafka.message_topic.clone()];
     let relay = config

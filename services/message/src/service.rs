@@ -15,7 +15,7 @@ use socialgraph_storage::outbox::{self, NewOutboxRow};
 use tokio::sync::Notify;
 
 use crate::Config;
-use crate::blocks::{Blocks, blocked};
+use crate::blocks::blocked;
 
 /// Attempts of a transaction that lost a race (a concurrent first message of a pair, a
 /// concurrent retry of one send, a deadlock).
@@ -186,15 +186,13 @@ pub struct Messages {
     pub(crate) config: Config,
     pub(crate) wake: Arc<Notify>,
     pub(crate) tokens: PageTokenKey,
-    blocks: Blocks,
 }
 
 impl Messages {
-    /// Serves over `db`; `wake` is notified after each commit that wrote outbox rows; `blocks`
-    /// answers whether a private message's two users block each other.
-    pub fn new(db: DatabaseConnection, config: Config, wake: Arc<Notify>, blocks: Blocks) -> Self {
+    /// Serves over `db`; `wake` is notified after each commit that wrote outbox rows.
+    pub fn new(db: DatabaseConnection, config: Config, wake: Arc<Notify>) -> Self {
         let tokens = socialgraph_server::paging::page_token_key(config.auth.page_token_secret.as_ref());
-        Self { db, config, wake, tokens, blocks }
+        Self { db, config, wake, tokens }
     }
 
     pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
@@ -245,7 +243,7 @@ impl Messages {
     /// # Errors
     /// PERMISSION_DENIED (NOT_A_MEMBER; BLOCKED for a private message while either user blocks
     /// the other, see [`crate::blocks`]), FAILED_PRECONDITION (CLIENT_MESSAGE_ID_REUSED),
-    /// UNAVAILABLE when the database or relation-svc is.
+    /// UNAVAILABLE when the database is.
     pub async fn send(&self, s: &Send) -> ApiResult<Sent> {
         in_tx!(self, tx => { self.send_in(tx, s).await })
     }
@@ -312,7 +310,7 @@ impl Messages {
         let recipients: Vec<i64> = active.iter().map(|m| m.user_id).filter(|u| *u != s.sender_id).collect();
         if let Some((low, high)) = conversation.direct {
             let peer = if low == s.sender_id { high } else { low };
-            if self.blocks.between(tx, s.sender_id, peer).await? {
+            if crate::blocks::between(tx, s.sender_id, peer).await? {
                 return Err(blocked().into());
             }
         }

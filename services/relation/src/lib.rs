@@ -3,6 +3,7 @@
 //!
 //! [`run`] is the whole service; `main` and the tests call it with their own listeners.
 
+mod account_events;
 pub mod cache;
 pub mod config;
 pub mod grpc;

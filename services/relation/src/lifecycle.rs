@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use sea_orm::DatabaseTransaction;
 use socialgraph_domain::{Edge, EdgeState, validate_user_id};
-use socialgraph_proto::events::v1::{AccountEvent, AccountLifecycle, RelationEventKind};
+use socialgraph_proto::events::v1::RelationEventKind;
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::accounts::{self, Account, AccountJob, AccountStatus};
 use socialgraph_storage::outbox;
@@ -46,33 +46,6 @@ pub(crate) fn inactive_error() -> ApiError {
 /// but at least one above the previous change, so the versions of one account only grow.
 fn next_change_ms(old: &Account) -> i64 {
     now_ms().max(old.changed_at_ms + 1)
-}
-
-impl Relations {
-    /// The outbox row of `account`'s status change (topic `kafka.account_topic`, key = user id),
-    /// written in the transaction of the change.
-    fn account_event_row(&self, account: &Account) -> outbox::NewOutboxRow {
-        let status = match account.status {
-            AccountStatus::Active => AccountLifecycle::Active,
-            AccountStatus::Deactivated => AccountLifecycle::Deactivated,
-            AccountStatus::Suspended => AccountLifecycle::Suspended,
-            AccountStatus::Deleting => AccountLifecycle::Deleting,
-        };
-        let event = AccountEvent {
-            event_id: uuid::Uuid::now_v7().to_string(),
-            user_id: account.user_id,
-            status: status as i32,
-            version: account.changed_at_ms,
-            occurred_at: Some(socialgraph_domain::timestamp_from_ms(account.changed_at_ms)),
-        };
-        outbox::NewOutboxRow {
-            topic: self.config.kafka.account_topic.clone(),
-            partition_key: account.user_id,
-            payload: prost::Message::encode_to_vec(&event),
-            headers: socialgraph_events::headers::encode(&socialgraph_events::headers::event_headers("socialgraph.events.v1.AccountEvent")),
-            created_at_ms: account.changed_at_ms,
-        }
-    }
 }
 
 /// Who asks for a status change: the account's owner (through a BFF) or an administrator.
@@ -234,6 +207,12 @@ impl Relations {
                 // The stale drain deletes the summaries of everyone the account restricted or
                 // was restricted by.
                 self.restrictions_changed(txn, &peers).await?;
+                // Every pair the account blocks or is blocked in is unblocked, with its event.
+                let mut events = Vec::new();
+                for (low, high) in socialgraph_storage::block_pairs::blocked_of(txn, user_id).await? {
+                    events.extend(self.block_changed(txn, (low, high), false, now).await?);
+                }
+                outbox::insert(txn, &events).await?;
                 restrictions::delete_all_of(txn, Restriction::Block, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Mute, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Request, user_id).await?;

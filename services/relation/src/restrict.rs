@@ -111,10 +111,12 @@ impl Relations {
         }
         restrictions::insert(txn, Restriction::Block, blocker_id, blocked_id, now).await?;
         self.restrictions_changed(txn, &[blocker_id, blocked_id]).await?;
+        // The pair's block as other services copy it (a block the other way already set it).
+        let mut events: Vec<_> = self.block_changed(txn, (blocker_id, blocked_id), true, now).await?.into_iter().collect();
         // Pending follow requests between them go too (not edges: no events).
         restrictions::delete(txn, Restriction::Request, blocker_id, blocked_id).await?;
         restrictions::delete(txn, Restriction::Request, blocked_id, blocker_id).await?;
-        let (mut events, mut ended) = (Vec::new(), Vec::new());
+        let mut ended = Vec::new();
         for (f, e) in rows {
             let Some((old, _)) = edges::get_following(txn, f, e, true).await? else { continue };
             if old.state != EdgeState::NotFollowing {
@@ -125,7 +127,7 @@ impl Relations {
             }
         }
         outbox::insert(txn, &events).await?;
-        Ok((BlockOutcome { changed: true, edges_removed: events.len() as i32 }, ended))
+        Ok((BlockOutcome { changed: true, edges_removed: ended.len() as i32 }, ended))
     }
 
     /// Lifts `blocker_id`'s block of `blocked_id`; true when there was one.
@@ -148,6 +150,8 @@ impl Relations {
                 for (f, e) in rows {
                     edges::mark_blocked(&txn, f, e, false, now).await?;
                 }
+                let events: Vec<_> = self.block_changed(&txn, (blocker_id, blocked_id), false, now).await?.into_iter().collect();
+                outbox::insert(&txn, &events).await?;
             }
             Ok::<_, sea_orm::DbErr>(true)
         }

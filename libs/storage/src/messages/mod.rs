@@ -5,7 +5,7 @@
 //! the text each send prepared a dozen new statements and took 2.5 times as long. The caller holds the transaction:
 //! every write of a conversation starts with [`lock_conversation`], which orders them.
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, DbErr, QueryResult, Value};
 
 /// `conversation.kind` of a private conversation (two members).
 pub const PRIVATE: i16 = 1;
@@ -156,30 +156,12 @@ fn conversation(r: &QueryResult, at: usize) -> Result<ConversationRow, DbErr> {
     })
 }
 
-/// A statement written with `?` placeholders (numbered `$1, $2, …` for PostgreSQL), so each
-/// text is prepared once per connection and its ids travel as bound values.
-fn statement(backend: DbBackend, sql: &str, values: Vec<Value>) -> Statement {
-    let sql = if backend == DbBackend::Postgres {
-        let mut out = String::with_capacity(sql.len() + 8);
-        for (i, part) in sql.split('?').enumerate() {
-            if i > 0 {
-                out.push_str(&format!("${i}"));
-            }
-            out.push_str(part);
-        }
-        out
-    } else {
-        sql.to_owned()
-    };
-    Statement::from_sql_and_values(backend, sql, values)
-}
-
 async fn all<C: ConnectionTrait>(conn: &C, sql: &str, values: Vec<Value>) -> Result<Vec<QueryResult>, DbErr> {
-    conn.query_all_raw(statement(conn.get_database_backend(), sql, values)).await
+    conn.query_all_raw(crate::bound(conn.get_database_backend(), sql, values)).await
 }
 
 async fn exec<C: ConnectionTrait>(conn: &C, sql: &str, values: Vec<Value>) -> Result<u64, DbErr> {
-    Ok(conn.execute_raw(statement(conn.get_database_backend(), sql, values)).await?.rows_affected())
+    Ok(conn.execute_raw(crate::bound(conn.get_database_backend(), sql, values)).await?.rows_affected())
 }
 
 /// `?, ?, …` for `n` values.
