@@ -229,8 +229,8 @@ async fn large_deletion(backend: Backend, followers: i64) -> anyhow::Result<()> 
     m.stop().await
 }
 
-/// Followers of the deleted account: `SG_TEST_DELETION_FOLLOWERS` (the measurement is
-/// 200,000), else `default`, small enough for `make test` on 2 cores.
+/// Followers of the deleted account: `SG_TEST_DELETION_FOLLOWERS` (200,000 for the full
+/// measurement), else `default`, small enough for `make test` on 2 cores.
 fn deletion_size(default: i64) -> i64 {
     std::env::var("SG_TEST_DELETION_FOLLOWERS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }

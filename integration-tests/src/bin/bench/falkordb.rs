@@ -1,6 +1,6 @@
 //! Part 8, cache, beside a graph database: the warm reads of the cache part done on FalkorDB
 //! (a Redis module answering openCypher) holding the same edges, in the same run, one query at
-//! a time from one client, as the issue on caches asks ("below FalkorDB on every query").
+//! a time from one client: the cache is meant to stay below FalkorDB on every query.
 //!
 //! FalkorDB is not part of the mesh: `scripts/falkordb.sh` installs and starts it, and the
 //! part runs only when `--falkordb-url` (or `SG_BENCH_FALKORDB_URL`) names it. The graph is
