@@ -436,11 +436,11 @@ def test_cache_settings_become_the_documented_variables(default):
 # counter-svc's settings (from its config; used until the book documents them).
 COUNTER_SETTINGS = {
     "SG_REDIS__URL", "SG_REDIS__KEY_PREFIX", "SG_REDIS__POOL_SIZE", "SG_REDIS__TIMEOUT_MS",
-    "SG_KAFKA__BROKERS", "SG_KAFKA__RELATION_TOPIC", "SG_KAFKA__COUNTER_TOPIC",
+    "SG_KAFKA__BROKERS", "SG_KAFKA__COUNTER_TOPIC",
     "SG_KAFKA__CONTENT_TOPIC", "SG_KAFKA__PARTITIONS", "SG_KAFKA__REQUEST_DEADLINE_MS",
     "SG_CONSUMER__PARTITIONS", "SG_CONSUMER__MAX_WAIT_MS", "SG_CONSUMER__MAX_BYTES",
     "SG_CONSUMER__IDLE_MAX_MS", "SG_PROJECTION__URL", "SG_COUNTERS__CHECK_INTERVAL_SECS",
-    "SG_COUNTERS__PROJECTION_WAIT_MS", "SG_COUNTERS__RELAY_QUIET_MS", "SG_KAFKA__MESSAGE_TOPIC", "SG_MESSAGE__URL",
+    "SG_COUNTERS__RELAY_QUIET_MS", "SG_KAFKA__MESSAGE_TOPIC", "SG_MESSAGE__URL", "SG_KAFKA__EDGE_COUNT_TOPIC",
     "SG_AUTH__ADMIN_TOKEN", "SG_SERVER__GRPC_ADDR", "SG_SERVER__ADMIN_ADDR",
     "SG_SERVER__REQUEST_TIMEOUT_MS", "SG_SERVER__CONCURRENCY_LIMIT",
     "SG_SERVER__CONCURRENCY_LIMIT_PER_CONNECTION", "SG_SERVER__DRAIN_TIMEOUT_MS",
@@ -527,28 +527,32 @@ def test_values_become_the_documented_variables():
 
 
 
-def test_counter_settings_use_their_new_names_and_the_old_values_still_work():
-    """counters.rebuild_wait_ms and verify_after_ms were renamed projection_wait_ms and
-    relay_quiet_ms: the chart renders the new variables, from the new values or, for one more
-    release, from the old ones (named in the notes as deprecated)."""
+def test_counter_settings_use_their_new_names_and_retired_ones_are_only_warned_about():
+    """counters.verify_after_ms was renamed relay_quiet_ms: the chart renders the new variable,
+    from the new value or, for one more release, from the old one (named in the notes as
+    deprecated). projection_wait_ms (once rebuild_wait_ms) is retired: follow counts arrive as
+    events, so nothing is rendered for it and the notes say it is ignored."""
     def notes(rendered):
         (text,) = [v for k, v in rendered.text.items() if k.endswith("NOTES.txt")]
         return text
 
     default = render(ALL_INLINE)
     env = default.environment("counter")
-    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("5000", "2000")
-    assert not {"SG_COUNTERS__REBUILD_WAIT_MS", "SG_COUNTERS__VERIFY_AFTER_MS"} & set(env)
-    assert "deprecated" not in notes(default)
-    new = render(merged(ALL_INLINE, {"counter": {"counters": {"projectionWaitMs": 8000, "relayQuietMs": 1500}}}))
-    env = new.environment("counter")
-    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("8000", "1500")
-    old = render(merged(ALL_INLINE, {"counter": {"counters": {"rebuildWaitMs": 7000, "verifyAfterMs": 900}}}))
+    assert env["SG_COUNTERS__RELAY_QUIET_MS"] == "2000"
+    assert not {"SG_COUNTERS__REBUILD_WAIT_MS", "SG_COUNTERS__VERIFY_AFTER_MS", "SG_COUNTERS__PROJECTION_WAIT_MS"} & set(env)
+    assert env["SG_KAFKA__EDGE_COUNT_TOPIC"] == "sg.edge_count.v1"
+    assert default.environment("projection")["SG_KAFKA__EDGE_COUNT_TOPIC"] == "sg.edge_count.v1"
+    assert "deprecated" not in notes(default) and "ignored" not in notes(default)
+    new = render(merged(ALL_INLINE, {"counter": {"counters": {"relayQuietMs": 1500}}}))
+    assert new.environment("counter")["SG_COUNTERS__RELAY_QUIET_MS"] == "1500"
+    old = render(merged(ALL_INLINE, {"counter": {"counters": {"rebuildWaitMs": 7000, "projectionWaitMs": 8000, "verifyAfterMs": 900}}}))
     env = old.environment("counter")
-    assert (env["SG_COUNTERS__PROJECTION_WAIT_MS"], env["SG_COUNTERS__RELAY_QUIET_MS"]) == ("7000", "900")
+    assert env["SG_COUNTERS__RELAY_QUIET_MS"] == "900"
+    assert "SG_COUNTERS__PROJECTION_WAIT_MS" not in env
     text = notes(old)
-    assert "WARNING: counter.counters.rebuildWaitMs is deprecated" in text and "counter.counters.projectionWaitMs" in text
     assert "WARNING: counter.counters.verifyAfterMs is deprecated" in text and "counter.counters.relayQuietMs" in text
+    for retired in ("projectionWaitMs", "rebuildWaitMs"):
+        assert f"WARNING: counter.counters.{retired} is ignored" in text
 
 
 def test_both_cache_services_get_the_same_list_limits():

@@ -86,7 +86,7 @@ impl FeedMesh {
         Ok(())
     }
 
-    /// Waits until the outbox is drained, every replica applied both topics to their high
+    /// Waits until the outbox is drained, every replica applied its three topics to their high
     /// watermarks and no push is left.
     ///
     /// # Errors
@@ -96,6 +96,8 @@ impl FeedMesh {
         for r in &self.replicas {
             projection_caught_up(&r.svc, &socialgraph_testkit::kafka::brokers(), &self.topic, deadline).await?;
             projection_caught_up(&r.svc, &socialgraph_testkit::kafka::brokers(), &self.content_topic, deadline).await?;
+            // The mutes timelines leave out come as account events.
+            projection_caught_up(&r.svc, &socialgraph_testkit::kafka::brokers(), &crate::account_topic_of(&self.topic), deadline).await?;
             socialgraph_testkit::eventually(deadline, "every push to finish", || async {
                 let left = socialgraph_storage::feed::fanout_backlog(&r.db.conn).await?;
                 if left > 0 {

@@ -178,6 +178,11 @@ pub fn account_topic_of(relation_topic: &str) -> String {
     format!("{relation_topic}.account")
 }
 
+/// The follow-count topic of a test mesh whose relation topic is `relation_topic`.
+pub fn edge_count_topic_of(relation_topic: &str) -> String {
+    format!("{relation_topic}.edge_count")
+}
+
 /// Starts relation-svc with `config` on free ports and waits until it answers.
 ///
 /// # Errors
@@ -261,7 +266,10 @@ pub fn projection_config(db_url: &str, topic: &str, relation: SocketAddr) -> Pro
     c.kafka.brokers = socialgraph_testkit::kafka::brokers();
     c.kafka.relation_topic = topic.to_owned();
     c.kafka.content_topic = format!("{topic}.content");
+    c.kafka.edge_count_topic = edge_count_topic_of(topic);
+    c.kafka.account_topic = account_topic_of(topic);
     c.kafka.partitions = 4;
+    c.kafka.relay_idle_poll_ms = 20;
     c.database.max_connections = 6;
     c.relation.url = format!("http://{relation}");
     c.relation.admin_token = Some(ADMIN_TOKEN.into());

@@ -16,13 +16,17 @@ pub struct Topics {
     pub content: String,
     /// Action events.
     pub counter: String,
+    /// Follow counts (projection-svc's outbox → counter-svc).
+    pub edge_count: String,
 }
 
 impl Topics {
     /// Fresh names.
     pub fn fresh() -> Self {
         let id = socialgraph_testkit::unique("");
-        Self { relation: format!("sg.relation.t{id}"), content: format!("sg.content.t{id}"), counter: format!("sg.counter.t{id}") }
+        let relation = format!("sg.relation.t{id}");
+        let edge_count = crate::edge_count_topic_of(&relation);
+        Self { relation, content: format!("sg.content.t{id}"), counter: format!("sg.counter.t{id}"), edge_count }
     }
 }
 
@@ -43,6 +47,7 @@ pub fn counter_config_on(redis_url: &str, key_prefix: &str, topics: &Topics, pro
     c.kafka.relation_topic = topics.relation.clone();
     c.kafka.content_topic = topics.content.clone();
     c.kafka.counter_topic = topics.counter.clone();
+    c.kafka.edge_count_topic = topics.edge_count.clone();
     c.kafka.partitions = 4;
     c.projection.url = format!("http://{projection}");
     c.auth.admin_token = Some(ADMIN_TOKEN.into());
@@ -174,7 +179,9 @@ impl Mesh {
         counter_config_on(&self.redis_url, &self.prefix, &self.topics, self.projection.addr, &self.brokers)
     }
 
-    /// Waits until the outbox is drained and projection-svc and counter-svc applied everything.
+    /// Waits until the outbox is drained and projection-svc and counter-svc applied everything:
+    /// the outbox again once the projection caught up, since its batches write the follow
+    /// counts there.
     ///
     /// # Errors
     /// Timed out.
@@ -183,7 +190,9 @@ impl Mesh {
         self.likes_relayed(deadline).await?;
         let projections: Vec<&Svc> = std::iter::once(&self.projection).chain(&self.projection_replicas).collect();
         projection_replicas_caught_up(&projections, &self.brokers, &self.topics.relation, deadline).await?;
-        let topics = [self.topics.relation.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
+        projection_replicas_caught_up(&projections, &self.brokers, &crate::account_topic_of(&self.topics.relation), deadline).await?;
+        outbox_drained(&self.db, deadline).await?;
+        let topics = [self.topics.edge_count.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
         counter_caught_up_on(&self.brokers, &self.redis_url, &self.prefix, &topics, deadline).await
     }
 

@@ -34,6 +34,7 @@ fn slashdot() -> PathBuf {
 fn spawn_monitor(m: &Mesh, every: Duration) -> (tokio::task::JoinHandle<()>, tokio_util::sync::CancellationToken) {
     let stop = tokio_util::sync::CancellationToken::new();
     let (conn, topic, projection, counter_admin) = (m.db.conn.clone(), m.topics.relation.clone(), m.projection.addr, m.counter.admin_addr);
+    let counts_topic = m.topics.edge_count.clone();
     let cancel = stop.clone();
     let task = tokio::spawn(async move {
         let start = Instant::now();
@@ -57,7 +58,7 @@ fn spawn_monitor(m: &Mesh, every: Duration) -> (tokio::task::JoinHandle<()>, tok
             let metrics = reqwest_metrics(counter_admin).await;
             let counter_lag: f64 = metrics
                 .lines()
-                .filter(|l| l.starts_with("sg_counter_lag_records") && l.contains(&topic))
+                .filter(|l| l.starts_with("sg_counter_lag_records") && l.contains(&counts_topic))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum();
             let rebuilds = socialgraph_integration_tests::metric(&metrics, "sg_counter_rebuilds_total");

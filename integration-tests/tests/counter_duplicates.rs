@@ -97,7 +97,7 @@ async fn workload(m: &Mesh, model: &mut Model, seed: u64, ops: usize) -> anyhow:
 
 async fn duplicates_change_nothing(backend: Backend) -> anyhow::Result<()> {
     let m = Mesh::start_on(backend, &socialgraph_testkit::redis_url(), &kafka::brokers()).await?;
-    let topics = [m.topics.relation.as_str(), m.topics.counter.as_str(), m.topics.content.as_str()];
+    let topics = [m.topics.relation.as_str(), m.topics.edge_count.as_str(), m.topics.counter.as_str(), m.topics.content.as_str()];
     let users: Vec<i64> = (1..=USERS).chain(101..=104).collect();
     let mut model = Model::default();
     use ContentEventKind::{Deleted, Published};

@@ -124,8 +124,8 @@ async fn two_replicas_of_each_consumer_split_the_partitions_and_a_killed_one_res
     for (svc, ordinal, gauge, topics) in [
         (&m.projection, 0, "sg_projection_lag_records", vec![&m.topics.relation]),
         (&m.projection_replicas[0], 1, "sg_projection_lag_records", vec![&m.topics.relation]),
-        (&m.counter, 0, "sg_counter_lag_records", vec![&m.topics.relation, &m.topics.counter]),
-        (&counter_1, 1, "sg_counter_lag_records", vec![&m.topics.relation, &m.topics.counter]),
+        (&m.counter, 0, "sg_counter_lag_records", vec![&m.topics.edge_count, &m.topics.counter]),
+        (&counter_1, 1, "sg_counter_lag_records", vec![&m.topics.edge_count, &m.topics.counter]),
     ] {
         for topic in topics {
             let parts = owned(svc, gauge, topic).await?;

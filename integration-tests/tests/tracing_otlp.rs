@@ -1,7 +1,7 @@
 //! Traces end to end: the mesh (PostgreSQL, the broker, Redis) exports its spans over OTLP/gRPC
 //! to a receiver in this process. One Follow is one trace from relation-svc's RPC through the
-//! relay's produce to projection-svc's and counter-svc's applies, joined by the `traceparent`
-//! record header; one Like is one trace from counter-svc's RPC through its relay to its apply.
+//! relay's produce to projection-svc's apply, and from there through the follow counts it
+//! writes to its own outbox to counter-svc's apply, joined by the `traceparent` record header; one Like is one trace from counter-svc's RPC through its relay to its apply.
 //! Sampling is parent-based with a root ratio of 0: a caller's sampled trace is kept whole, an
 //! unsampled one and a root leave no span anywhere, also not in the consumers; a batch whose
 //! first record is unsampled still joins the sampled trace of a record behind it.
@@ -155,13 +155,13 @@ async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_hol
     produce_pair(&m).await?;
     m.settle(SETTLE).await?;
 
-    let follow_path = ["RelationService.Follow", "relay.publish", "projection.apply", "counter.relation"];
+    let follow_path = ["RelationService.Follow", "relay.publish", "projection.apply", "counter.edge_count"];
     let like_path = ["CounterService.Like", "counter.relay.publish", "counter.action"];
     let traces = socialgraph_testkit::eventually(Duration::from_secs(30), "both traces to arrive whole", || {
         let traces = receiver.traces();
         let whole = |trace: u128, path: &[&str]| traces.get(&trace).is_some_and(|spans| path.iter().all(|n| names(spans).contains(n)));
         let done =
-            whole(FOLLOW_TRACE, &follow_path) && whole(LIKE_TRACE, &like_path) && whole(BEHIND_TRACE, &["projection.apply", "counter.relation"]);
+            whole(FOLLOW_TRACE, &follow_path) && whole(LIKE_TRACE, &like_path) && whole(BEHIND_TRACE, &["projection.apply", "counter.edge_count"]);
         async move { Ok(done.then_some(())) }
     })
     .await;
@@ -180,7 +180,10 @@ async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_hol
     assert_eq!(int_attribute(rpc, "socialgraph.actor_id"), Some(13));
     assert_eq!(int_attribute(rpc, "socialgraph.owner_id"), Some(12));
     assert_eq!(int_attribute(rpc, "socialgraph.entity_id"), Some(7));
-    for s in got[&BEHIND_TRACE].iter().filter(|s| ["projection.apply", "counter.relation"].contains(&s.name.as_str())) {
+    // projection-svc's apply is the consumer of the pair; counter-svc's follows, from the counts
+    // that apply wrote, in the same trace.
+    assert_one_tree(&got[&BEHIND_TRACE]);
+    for s in got[&BEHIND_TRACE].iter().filter(|s| s.name == "projection.apply") {
         assert_eq!(id128(&s.parent_span_id) as u64, CALLER_SPAN, "{} is a child of the sampled record's producer", s.name);
         let linked: Vec<u128> = s.links.iter().map(|l| id128(&l.trace_id)).collect();
         assert_eq!(linked, [UNSAMPLED_AHEAD_TRACE], "{} links the unsampled record ahead of it", s.name);

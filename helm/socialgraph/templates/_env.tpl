@@ -35,11 +35,14 @@ SG_SERVER__DRAIN_TIMEOUT_MS: {{ $svc.server.drainTimeoutMs | int64 | quote }}
 {{- if not $root.Values.kafka.existingSecret }}
 SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
 {{- end }}
-{{- if has .name (list "relation" "projection" "counter") }}
+{{- if has .name (list "relation" "projection") }}
 SG_KAFKA__RELATION_TOPIC: {{ $root.Values.kafka.relationTopic | quote }}
 {{- end }}
-{{- if has .name (list "relation" "message") }}
+{{- if has .name (list "relation" "projection" "message") }}
 SG_KAFKA__ACCOUNT_TOPIC: {{ $root.Values.kafka.accountTopic | quote }}
+{{- end }}
+{{- if has .name (list "projection" "counter") }}
+SG_KAFKA__EDGE_COUNT_TOPIC: {{ $root.Values.kafka.edgeCountTopic | quote }}
 {{- end }}
 SG_KAFKA__PARTITIONS: {{ $root.Values.kafka.partitions | int64 | quote }}
 {{- end -}}
@@ -111,6 +114,9 @@ SG_FEED__PULL_THRESHOLD: {{ $svc.feed.pullThreshold | int64 | quote }}
 SG_FEED__INBOX_SIZE: {{ $svc.feed.inboxSize | int64 | quote }}
 SG_FEED__FANOUT_BATCH: {{ $svc.feed.fanoutBatch | int64 | quote }}
 SG_FEED__ENTITY_TYPE: {{ $svc.feed.entityType | quote }}
+SG_KAFKA__RELAY_BATCH_SIZE: {{ $svc.kafka.relayBatchSize | int64 | quote }}
+SG_KAFKA__RELAY_IDLE_POLL_MS: {{ $svc.kafka.relayIdlePollMs | int64 | quote }}
+SG_KAFKA__RELAY_ENABLED: {{ $svc.kafka.relayEnabled | toString | quote }}
 SG_CONSUMER__MAX_WAIT_MS: {{ $svc.consumer.maxWaitMs | int64 | quote }}
 SG_CONSUMER__MAX_BYTES: {{ $svc.consumer.maxBytes | int64 | quote }}
 SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
@@ -137,8 +143,8 @@ SG_CONSUMER__IDLE_MAX_MS: {{ $svc.consumer.idleMaxMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_AFTER_MS: {{ $svc.consumer.deepIdleAfterMs | int64 | quote }}
 SG_CONSUMER__DEEP_IDLE_MS: {{ $svc.consumer.deepIdleMs | int64 | quote }}
 SG_COUNTERS__CHECK_INTERVAL_SECS: {{ $svc.counters.checkIntervalSecs | int64 | quote }}
-{{- /* rebuildWaitMs and verifyAfterMs: the old names, used for one more release when set. */}}
-SG_COUNTERS__PROJECTION_WAIT_MS: {{ ternary $svc.counters.rebuildWaitMs $svc.counters.projectionWaitMs (not (kindIs "invalid" $svc.counters.rebuildWaitMs)) | int64 | quote }}
+{{- /* verifyAfterMs: the old name, used for one more release when set. projectionWaitMs and
+rebuildWaitMs are retired (the notes say so): nothing is rendered for them. */}}
 SG_COUNTERS__RELAY_QUIET_MS: {{ ternary $svc.counters.verifyAfterMs $svc.counters.relayQuietMs (not (kindIs "invalid" $svc.counters.verifyAfterMs)) | int64 | quote }}
 SG_PROJECTION__URL: {{ default (include "socialgraph.serviceUrl" (list .root "projection")) $svc.projectionUrl | quote }}
 {{- if $v.message.enabled }}

@@ -21,3 +21,6 @@ pub const CONTENT_TOPIC: &str = "sg.content.v1";
 pub const MESSAGE_TOPIC: &str = "sg.message.v1";
 /// Topic of account lifecycle changes (`AccountEvent`, key = user_id), produced by relation-svc.
 pub const ACCOUNT_TOPIC: &str = "sg.account.v1";
+/// Topic of follow counts after each projection batch (`EdgeCountEvent`, key = user_id),
+/// produced by projection-svc through its outbox.
+pub const EDGE_COUNT_TOPIC: &str = "sg.edge_count.v1";

@@ -286,7 +286,8 @@ impl CacheSettings {
 }
 
 /// `[kafka]`: brokers, the mesh's topic names, topic creation and the request deadline, for
-/// every service; the `relay_*` keys are the outbox relays (relation-svc, message-svc).
+/// every service; the `relay_*` keys are the outbox relays (relation-svc, message-svc,
+/// projection-svc).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaSettings {
@@ -303,16 +304,19 @@ pub struct KafkaSettings {
     /// Topic of account lifecycle events (`sg.account.v1`; relation-svc produces it,
     /// message-svc consumes it).
     pub account_topic: String,
+    /// Topic of follow counts (`sg.edge_count.v1`; projection-svc produces it through its
+    /// outbox, counter-svc consumes it).
+    pub edge_count_topic: String,
     /// Partitions of topics a service creates when they do not exist yet.
     pub partitions: i32,
     /// How long one Kafka request is retried before the caller backs off.
     pub request_deadline_ms: u64,
-    /// Outbox rows per relay round (relation-svc, message-svc).
+    /// Outbox rows per relay round (relation-svc, message-svc, projection-svc).
     pub relay_batch_size: usize,
     /// How often an idle relay looks for rows committed by other replicas (relation-svc,
-    /// message-svc).
+    /// message-svc, projection-svc).
     pub relay_idle_poll_ms: u64,
-    /// Run the outbox relay in this process (relation-svc, message-svc).
+    /// Run the outbox relay in this process (relation-svc, message-svc, projection-svc).
     pub relay_enabled: bool,
 }
 
@@ -325,6 +329,7 @@ impl Default for KafkaSettings {
             counter_topic: socialgraph_events::COUNTER_TOPIC.into(),
             message_topic: socialgraph_events::MESSAGE_TOPIC.into(),
             account_topic: socialgraph_events::ACCOUNT_TOPIC.into(),
+            edge_count_topic: socialgraph_events::EDGE_COUNT_TOPIC.into(),
             partitions: 12,
             request_deadline_ms: 5_000,
             relay_batch_size: 1000,

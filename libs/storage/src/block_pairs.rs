@@ -31,7 +31,7 @@ pub fn pair(a: i64, b: i64) -> (i64, i64) {
     (a.min(b), a.max(b))
 }
 
-fn statement(conn: &impl ConnectionTrait, sql: &str, values: Vec<Value>) -> sea_orm::Statement {
+pub(crate) fn statement(conn: &impl ConnectionTrait, sql: &str, values: Vec<Value>) -> sea_orm::Statement {
     crate::bound(conn.get_database_backend(), sql, values)
 }
 
@@ -45,22 +45,36 @@ pub async fn get<C: ConnectionTrait>(conn: &C, table: PairTable, (low, high): (i
     row.map(|r| Ok((r.try_get_by_index::<bool>(0)?, r.try_get_by_index::<i64>(1)?))).transpose()
 }
 
-/// Writes (blocked, version) of the pair in `table`, inserting its row when missing.
-async fn put<C: ConnectionTrait>(conn: &C, table: PairTable, (low, high): (i64, i64), blocked: bool, version: i64, now_ms: i64) -> Result<(), DbErr> {
-    let t = table.name();
+/// Writes (`flag`, version) of the row keyed `key` in `table` (key columns `cols.0`, `cols.1`,
+/// flag column `cols.2`), inserting the row when missing: the write of every versioned copy
+/// table (the block pairs here, the mutes in [`crate::mute_versions`]).
+pub(crate) async fn put_flag<C: ConnectionTrait>(
+    conn: &C,
+    table: &str,
+    (k1, k2, f): (&str, &str, &str),
+    key: (i64, i64),
+    flag: bool,
+    version: i64,
+    now_ms: i64,
+) -> Result<(), DbErr> {
     let sql = match conn.get_database_backend() {
         DbBackend::MySql => format!(
-            "INSERT INTO {t} (low_id, high_id, blocked, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE blocked = VALUES(blocked), version = VALUES(version), updated_at_ms = VALUES(updated_at_ms)"
+            "INSERT INTO {table} ({k1}, {k2}, {f}, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE {f} = VALUES({f}), version = VALUES(version), updated_at_ms = VALUES(updated_at_ms)"
         ),
         _ => format!(
-            "INSERT INTO {t} (low_id, high_id, blocked, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (low_id, high_id) DO UPDATE SET blocked = excluded.blocked, version = excluded.version, \
+            "INSERT INTO {table} ({k1}, {k2}, {f}, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT ({k1}, {k2}) DO UPDATE SET {f} = excluded.{f}, version = excluded.version, \
              updated_at_ms = excluded.updated_at_ms"
         ),
     };
-    let values = vec![low.into(), high.into(), blocked.into(), version.into(), now_ms.into()];
+    let values = vec![key.0.into(), key.1.into(), flag.into(), version.into(), now_ms.into()];
     conn.execute_raw(statement(conn, &sql, values)).await.map(|_| ())
+}
+
+/// Writes (blocked, version) of the pair in `table`, inserting its row when missing.
+async fn put<C: ConnectionTrait>(conn: &C, table: PairTable, p: (i64, i64), blocked: bool, version: i64, now_ms: i64) -> Result<(), DbErr> {
+    put_flag(conn, table.name(), ("low_id", "high_id", "blocked"), p, blocked, version, now_ms).await
 }
 
 /// Sets whether the pair of `a` and `b` is blocked in `block_pair` (the caller holds the

@@ -14,6 +14,7 @@ pub mod feed;
 pub mod feed_window;
 pub mod leader;
 pub mod messages;
+pub mod mute_versions;
 pub mod offsets;
 pub mod outbox;
 mod pg_bulk;

@@ -72,13 +72,14 @@ pub struct CounterSettings {
     /// A user's counters are compared with the facts at most once per this many seconds, on
     /// read; 0 turns the sampled check off.
     pub check_interval_secs: u64,
-    /// How long the relation consumer waits for projection-svc to have applied a batch (the
-    /// follow counts are copied from the projection) before the batch fails and is retried.
-    pub projection_wait_ms: u64,
     /// How long an entity's like/fav outbox must stay empty, with no toggle, before the relay
     /// drops the entity from its index.
     pub relay_quiet_ms: u64,
-    /// The name of `projection_wait_ms` up to 0.1.0, accepted with a warning for one more release.
+    /// Retired: how long the relation consumer waited for projection-svc (follow counts now
+    /// arrive as events); accepted with a warning for one more release, and ignored.
+    #[serde(skip_serializing)]
+    projection_wait_ms: Option<u64>,
+    /// Retired: the name of `projection_wait_ms` up to 0.1.0; accepted with a warning, ignored.
     #[serde(skip_serializing)]
     rebuild_wait_ms: Option<u64>,
     /// The name of `relay_quiet_ms` up to 0.1.0, accepted with a warning for one more release.
@@ -88,7 +89,7 @@ pub struct CounterSettings {
 
 impl Default for CounterSettings {
     fn default() -> Self {
-        Self { check_interval_secs: 300, projection_wait_ms: 5_000, relay_quiet_ms: 2_000, rebuild_wait_ms: None, verify_after_ms: None }
+        Self { check_interval_secs: 300, relay_quiet_ms: 2_000, projection_wait_ms: None, rebuild_wait_ms: None, verify_after_ms: None }
     }
 }
 
@@ -120,19 +121,43 @@ impl std::fmt::Display for Renamed {
     }
 }
 
+/// A setting that no longer does anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// The key (`section.key`).
+    pub old: &'static str,
+    /// Why it went.
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}) is ignored and goes away in the next release: {}", self.old, Renamed::env(self.old), self.why)
+    }
+}
+
+/// Why the projection waits went.
+const NO_PROJECTION_WAIT: &str = "follow counts arrive as events on kafka.edge_count_topic; counter-svc no longer waits for projection-svc";
+
 impl CounterSettings {
+    /// The retired settings given (their values are dropped).
+    pub fn take_retired(&mut self) -> Vec<Retired> {
+        let mut used = Vec::new();
+        if self.projection_wait_ms.take().is_some() {
+            used.push(Retired { old: "counters.projection_wait_ms", why: NO_PROJECTION_WAIT });
+        }
+        if self.rebuild_wait_ms.take().is_some() {
+            used.push(Retired { old: "counters.rebuild_wait_ms", why: NO_PROJECTION_WAIT });
+        }
+        used
+    }
+
     /// Moves values given under the old names to the keys that replaced them and returns the
     /// old names used. An old name counts only while its new key holds its default, so a new
     /// key set to anything else wins.
     pub fn take_renamed(&mut self) -> Vec<Renamed> {
         let defaults = Self::default();
         let mut used = Vec::new();
-        if let Some(ms) = self.rebuild_wait_ms.take() {
-            if self.projection_wait_ms == defaults.projection_wait_ms {
-                self.projection_wait_ms = ms;
-            }
-            used.push(Renamed { old: "counters.rebuild_wait_ms", new: "counters.projection_wait_ms" });
-        }
         if let Some(ms) = self.verify_after_ms.take() {
             if self.relay_quiet_ms == defaults.relay_quiet_ms {
                 self.relay_quiet_ms = ms;
@@ -144,11 +169,15 @@ impl CounterSettings {
 }
 
 impl Config {
-    /// Applies the old names of renamed settings, logging a deprecation warning for each one
-    /// used (counter-svc calls it at start, once telemetry runs).
+    /// Applies the old names of renamed settings and drops retired ones, logging a
+    /// deprecation warning for each one used (counter-svc calls it at start, once telemetry
+    /// runs).
     pub fn apply_renamed(&mut self) {
         for renamed in self.counters.take_renamed() {
             tracing::warn!(old = renamed.old, new = renamed.new, "{renamed}");
+        }
+        for retired in self.counters.take_retired() {
+            tracing::warn!(old = retired.old, "{retired}");
         }
     }
 }
@@ -192,10 +221,9 @@ mod tests {
             jail.set_env("SG_COUNTERS__VERIFY_AFTER_MS", "900");
             let loaded: Config = socialgraph_server::load_config(None).map_err(|e| e.to_string())?;
             let (config, log) = warned(loaded);
-            assert_eq!((config.counters.projection_wait_ms, config.counters.relay_quiet_ms), (7000, 900));
+            assert_eq!(config.counters.relay_quiet_ms, 900);
             assert!(log.contains("WARN"), "{log}");
-            assert!(log.contains("counters.rebuild_wait_ms (SG_COUNTERS__REBUILD_WAIT_MS) is deprecated"), "{log}");
-            assert!(log.contains("use counters.projection_wait_ms (SG_COUNTERS__PROJECTION_WAIT_MS)"), "{log}");
+            assert!(log.contains("counters.rebuild_wait_ms (SG_COUNTERS__REBUILD_WAIT_MS) is ignored"), "{log}");
             assert!(log.contains("counters.verify_after_ms (SG_COUNTERS__VERIFY_AFTER_MS) is deprecated"), "{log}");
             assert!(log.contains("use counters.relay_quiet_ms (SG_COUNTERS__RELAY_QUIET_MS)"), "{log}");
             Ok(())
@@ -206,15 +234,26 @@ mod tests {
     #[allow(clippy::result_large_err)] // figment's Jail closures return its (large) error
     fn new_counter_names_are_read_and_win_over_the_old_ones() {
         figment::Jail::expect_with(|jail| {
-            jail.set_env("SG_COUNTERS__PROJECTION_WAIT_MS", "8000");
             jail.set_env("SG_COUNTERS__RELAY_QUIET_MS", "1500");
             let (config, log) = warned(socialgraph_server::load_config(None).map_err(|e| e.to_string())?);
-            assert_eq!((config.counters.projection_wait_ms, config.counters.relay_quiet_ms), (8000, 1500));
+            assert_eq!(config.counters.relay_quiet_ms, 1500);
             assert_eq!(log, "", "no warning without an old name");
-            jail.set_env("SG_COUNTERS__REBUILD_WAIT_MS", "7000");
+            jail.set_env("SG_COUNTERS__VERIFY_AFTER_MS", "700");
             let (config, log) = warned(socialgraph_server::load_config(None).map_err(|e| e.to_string())?);
-            assert_eq!(config.counters.projection_wait_ms, 8000);
-            assert!(log.contains("counters.rebuild_wait_ms"), "{log}");
+            assert_eq!(config.counters.relay_quiet_ms, 1500);
+            assert!(log.contains("counters.verify_after_ms"), "{log}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail closures return its (large) error
+    fn the_retired_projection_wait_is_accepted_with_a_warning() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SG_COUNTERS__PROJECTION_WAIT_MS", "8000");
+            let (_, log) = warned(socialgraph_server::load_config(None).map_err(|e| e.to_string())?);
+            assert!(log.contains("counters.projection_wait_ms (SG_COUNTERS__PROJECTION_WAIT_MS) is ignored"), "{log}");
+            assert!(log.contains("kafka.edge_count_topic"), "{log}");
             Ok(())
         });
     }

@@ -1,8 +1,8 @@
 //! Consumers of counter-svc. None of them applies a blind delta, so none needs to know whether
 //! it saw an event before: at-least-once delivery (a replayed offset range, a copy of an event
 //! at a later offset, events reordered across partitions) leaves every counter unchanged.
-//! - `sg.relation.v1`: the batch's users get projection-svc's absolute follow counts with
-//!   their version, once the projection has applied the batch; older versions are ignored.
+//! - `sg.edge_count.v1`: each user's absolute follow counts with their version, as
+//!   projection-svc published them; older versions are ignored.
 //! - `sg.counter.v1`: the owners of the batch's entities get the entities' current counts with
 //!   their toggle sequence; older sequences are ignored.
 //! - `sg.content.v1`: each entity's publish/delete applies only when newer than the last one
@@ -11,19 +11,16 @@
 //! Offsets only say how far a consumer got; they are stored after the batch's writes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
 use socialgraph_domain::timestamp_to_ms;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
-use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, Metric, RelationEvent, RelationEventKind};
+use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, EdgeCountEvent, Metric};
 use tracing::Instrument;
 
-use crate::store::{AuthorContent, EntityState, Store};
-use crate::users::Counters;
+use crate::store::{AuthorContent, EdgeCounts, EntityState, Store};
 
 /// Metrics shared by the consumers.
 #[derive(Clone)]
@@ -34,68 +31,53 @@ pub struct ConsumerMetrics {
     pub skipped: IntCounterVec,
 }
 
-/// Followings of the follower and followers of the followee, from `sg.relation.v1`.
-pub struct RelationCounter {
-    /// User counters (Redis and projection-svc).
-    pub counters: Arc<Counters>,
+/// Followings and followers of each user, from projection-svc's `sg.edge_count.v1`: every event
+/// carries the user's absolute counts after a projection batch with the `edge_count` row's
+/// version, so the batch's newest event per user is copied and Redis keeps the newest version
+/// ([`Store::sync_edges`]). Nothing else is read: no call to projection-svc, no waiting for it.
+pub struct EdgeCountCounter {
+    /// Redis.
+    pub store: Store,
     /// Name of this consumer's offsets.
     pub consumer: String,
     /// Metrics.
     pub metrics: ConsumerMetrics,
-    /// Longest wait for projection-svc to apply a batch before the batch is retried.
-    pub projection_wait: Duration,
 }
 
-impl RelationCounter {
-    fn users(&self, records: &[RecordAndOffset]) -> BTreeSet<i64> {
-        let mut users = BTreeSet::new();
+impl EdgeCountCounter {
+    /// The newest counts per user in `records` (by version; the first of equal versions).
+    pub fn newest(&self, records: &[RecordAndOffset]) -> Vec<EdgeCounts> {
+        let mut newest: BTreeMap<i64, EdgeCounts> = BTreeMap::new();
         for r in records {
-            match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
-                Ok(e)
-                    if e.follower_id > 0
-                        && e.followee_id > 0
-                        && matches!(RelationEventKind::try_from(e.kind), Ok(RelationEventKind::Followed | RelationEventKind::Unfollowed)) =>
-                {
-                    users.insert(e.follower_id);
-                    users.insert(e.followee_id);
+            match EdgeCountEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+                Ok(e) if e.user_id > 0 && e.version > 0 && e.followings >= 0 && e.followers >= 0 => {
+                    let c = EdgeCounts { user_id: e.user_id, followings: e.followings, followers: e.followers, version: e.version };
+                    let slot = newest.entry(e.user_id).or_insert(c);
+                    if c.version > slot.version {
+                        *slot = c;
+                    }
                 }
                 _ => self.metrics.skipped.with_label_values(&["undecodable"]).inc(),
             }
         }
-        users
+        newest.into_values().collect()
     }
 }
 
-impl BatchHandler for RelationCounter {
+impl BatchHandler for EdgeCountCounter {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        Ok(self.counters.store.load_offset(&self.consumer, topic, partition).await?)
+        Ok(self.store.load_offset(&self.consumer, topic, partition).await?)
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
-        let span = socialgraph_telemetry::batch_span("counter.relation", topic, partition, records.iter().map(|r| &r.record.headers));
+        let span = socialgraph_telemetry::batch_span("counter.edge_count", topic, partition, records.iter().map(|r| &r.record.headers));
         async {
-            let users: Vec<i64> = self.users(records).into_iter().collect();
-            if !users.is_empty() {
-                // The projection's counts reflect this batch once its offset of this partition has
-                // passed the batch; earlier they would be copied too old (and this batch's users
-                // might not be touched again).
-                let start = Instant::now();
-                let mut wait = Duration::from_millis(2);
-                let counts = loop {
-                    let answer = self.counters.edge_counts(&users).await.map_err(|e| e.to_string())?;
-                    if answer.next_offsets.get(&partition).is_some_and(|n| *n >= next_offset) {
-                        break answer.counts;
-                    }
-                    if start.elapsed() > self.projection_wait {
-                        return Err(format!("projection-svc has not applied {topic}/{partition} up to offset {} yet", next_offset - 1).into());
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_millis(100));
-                };
-                let written = self.counters.store.sync_edges(&counts, false).await?;
+            let counts = self.newest(records);
+            if !counts.is_empty() {
+                let written = self.store.sync_edges(&counts, false).await?;
                 self.metrics.applied.inc_by(written.iter().filter(|w| w.is_some()).count() as u64);
             }
-            self.counters.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
             Ok(())
         }
         .instrument(span)

@@ -1,6 +1,6 @@
 //! counter-svc: per-user counters (followings, followers, posts, likes and favourites
 //! received, unread messages) and per-entity like/fav counts in Redis. Consumes
-//! `sg.relation.v1`, `sg.content.v1`, `sg.counter.v1` and (with `message.url`) `sg.message.v1`
+//! `sg.edge_count.v1`, `sg.content.v1`, `sg.counter.v1` and (with `message.url`) `sg.message.v1`
 //! effectively-once; takes like/fav toggles on bitmap facts
 //! and relays their events from a Redis outbox written in the same step as the fact.
 
@@ -106,16 +106,7 @@ pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shut
         "" => None,
         url => Some(MessageServiceClient::new(tonic::transport::Channel::from_shared(url.to_owned()).context("message.url")?.connect_lazy())),
     };
-    let ctx = ConsumeCtx {
-        config: config.clone(),
-        store,
-        counters: Arc::clone(&counters),
-        message: message.clone(),
-        metrics,
-        producer,
-        lag,
-        readiness: readiness.clone(),
-    };
+    let ctx = ConsumeCtx { config: config.clone(), store, consume_messages: message.is_some(), metrics, producer, lag, readiness: readiness.clone() };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let relay_task = tokio::spawn(relay.run(loops.clone()));
     let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
@@ -135,8 +126,8 @@ pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shut
 struct ConsumeCtx {
     config: Config,
     store: store::Store,
-    counters: Arc<users::Counters>,
-    message: Option<MessageServiceClient<tonic::transport::Channel>>,
+    /// Whether `kafka.message_topic` is consumed (`message.url` is set).
+    consume_messages: bool,
     metrics: consume::ConsumerMetrics,
     producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
     lag: IntGaugeVec,
@@ -148,8 +139,8 @@ struct ConsumeCtx {
 async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let k = &ctx.config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
-    let mut topics = vec![k.relation_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
-    if ctx.message.is_some() {
+    let mut topics = vec![k.edge_count_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
+    if ctx.consume_messages {
         topics.push(k.message_topic.clone());
     }
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -164,17 +155,11 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     }
     let client = Arc::new(client);
     let progress = Progress::default();
-    let relation = Arc::new(consume::RelationCounter {
-        counters: Arc::clone(&ctx.counters),
-        consumer: CONSUMER.into(),
-        metrics: ctx.metrics.clone(),
-        projection_wait: Duration::from_millis(ctx.config.counters.projection_wait_ms),
-    });
+    let edge_counts = Arc::new(consume::EdgeCountCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let unread = ctx
-        .message
-        .is_some()
+        .consume_messages
         .then(|| Arc::new(unread::UnreadCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() }));
     let mut tasks = Vec::new();
     let mut owned = Vec::new();
@@ -183,8 +168,8 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
         for p in ctx.config.consumer.partitions.partitions(*n) {
             owned.push((t.clone(), p));
             let (c, prog, s, a, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), Arc::clone(&activity), cancel.clone());
-            tasks.push(if t == &k.relation_topic {
-                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&relation), prog, s, a, cc))
+            tasks.push(if t == &k.edge_count_topic {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&edge_counts), prog, s, a, cc))
             } else if t == &k.content_topic {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, a, cc))
             } else if let Some(unread) = unread.as_ref().filter(|_| t == &k.message_topic) {

@@ -180,7 +180,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         RelationServiceClient::new(channel),
         progress.clone(),
         None,
-        content_log,
+        // Its counters read `edge_count` in the same database: no follow counts to publish.
+        socialgraph_projection::Logs { content: content_log, counts: None },
         &registry,
     )?;
     // The posts counter lives beside the posts here: the feed's consumer keeps it.
@@ -237,9 +238,19 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let account_loop = tokio::spawn(log::consume(
         db.clone(),
         account_topic.clone(),
-        vec![account_topic],
+        vec![account_topic.clone()],
         ender,
         progress.clone(),
+        Arc::clone(&log_wake),
+        loops.clone(),
+    ));
+    // Timelines leave out the mutes of the projection's copy, kept from the same account events.
+    let mute_loop = tokio::spawn(log::consume(
+        db.clone(),
+        account_topic.clone(),
+        vec![account_topic],
+        Arc::clone(&projection.mutes),
+        Progress::default(),
         Arc::clone(&log_wake),
         loops.clone(),
     ));
@@ -269,6 +280,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         join_within("fan-out", limit, fanout_loop),
         join_within("counter consumers", limit, counter_loop),
         join_within("account consumer", limit, account_loop),
+        join_within("mute copy consumer", limit, mute_loop),
         join_within("admin server", limit, admin),
         join_within("event forwarding", limit, forward),
         join_within("account jobs", limit, account_jobs),

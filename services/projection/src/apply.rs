@@ -1,7 +1,8 @@
 //! Applying relation events to the follower table, effectively-once: an event changes an edge
 //! only when its version is newer than the stored one, and the partition's next offset is
 //! stored in the same transaction as the rows of the batch, together with the change of every
-//! touched user's `edge_count` row (the exact counts counter-svc copies).
+//! touched user's `edge_count` row and the outbox rows that publish those rows' new values
+//! ([`crate::count_log`]; the exact counts counter-svc copies).
 //!
 //! Before that transaction, the batch goes to the list caches, both directions (pseudo-replicas
 //! with the same version rule, so a batch applied again after a crash changes nothing), with
@@ -50,6 +51,9 @@ pub struct Projector {
     pub feed: crate::feed::FeedSettings,
     /// The feed's metrics (backfilled inbox rows).
     pub feed_metrics: Option<crate::feed::FeedMetrics>,
+    /// The counts a batch changed, published through the outbox (`None`: not published; the
+    /// embedded mode reads `edge_count` itself).
+    pub count_log: Option<Arc<crate::count_log::CountLog>>,
 }
 
 impl Projector {
@@ -158,6 +162,9 @@ impl Projector {
         // commit right after.
         let deltas: Vec<CountDelta> = deltas.into_values().collect();
         counts::add(&txn, &deltas).await?;
+        if let Some(log) = &self.count_log {
+            log.write(&txn, &deltas.iter().map(|d| d.user_id).collect::<Vec<i64>>()).await?;
+        }
         // After the counts: the followees' rows are locked, so a post of theirs is applied
         // wholly before or wholly after this backfill (see crate::feed).
         let followees: std::collections::HashSet<i64> = follows.iter().map(|(_, b)| *b).collect();
@@ -189,6 +196,9 @@ impl BatchHandler for Projector {
         let changed =
             socialgraph_storage::retry_tx(MAX_RETRIES, || self.apply_once(topic, &newest, position, &stale_users).instrument(span.clone())).await?;
         self.applied.inc_by(changed);
+        if let Some(log) = &self.count_log {
+            log.wake.notify_one();
+        }
         Ok(())
     }
 

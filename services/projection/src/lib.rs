@@ -5,10 +5,12 @@
 pub mod apply;
 pub mod cache;
 pub mod config;
+pub mod count_log;
 pub mod feed;
 pub mod fence;
 pub mod grpc;
 pub mod hot;
+pub mod mutes;
 pub mod service;
 
 use std::sync::Arc;
@@ -49,6 +51,8 @@ pub struct Parts {
     pub feed: Arc<feed::Feed>,
     /// The effectively-once consumer of content events.
     pub ingest: Arc<feed::ingest::Ingest>,
+    /// The copy of the mutes timelines leave out, from the account events.
+    pub mutes: Arc<mutes::MuteCopier>,
 }
 
 impl Parts {
@@ -60,10 +64,18 @@ impl Parts {
     }
 }
 
+/// Where projection-svc writes what it publishes.
+pub struct Logs {
+    /// Posts published through FeedService.
+    pub content: Arc<dyn feed::ContentLog>,
+    /// Every change of the follow counts, through the outbox (`None`: not published).
+    pub counts: Option<Arc<count_log::CountLog>>,
+}
+
 /// Builds projection-svc's [`Parts`] from `config` (consumer name, topic, page-token key,
 /// relation-svc's admin token) over `db`, reading the source through `relation` for rebuilds and
 /// reporting consumer progress into `progress`, keeping `cache` (the list caches;
-/// `None`: none) in step with the events, and appending posts to `content_log`. Registers
+/// `None`: none) in step with the events, and publishing to `logs`. Registers
 /// `sg_projection_applied_total`, `sg_projection_skipped_total`, `sg_cache_applies_total`
 /// and the `sg_feed_*` metrics in `registry`.
 ///
@@ -75,10 +87,11 @@ pub fn build(
     relation: RelationServiceClient<tonic::transport::Channel>,
     progress: Progress,
     cache: Option<socialgraph_cache::lists::ListCaches>,
-    content_log: Arc<dyn feed::ContentLog>,
+    logs: Logs,
     registry: &Registry,
 ) -> anyhow::Result<Parts> {
     config.feed.validate().map_err(anyhow::Error::msg)?;
+    let Logs { content: content_log, counts: count_log } = logs;
     let applied = IntCounter::new("sg_projection_applied_total", "Relation events that changed a follower row")?;
     let skipped = IntCounterVec::new(Opts::new("sg_projection_skipped_total", "Records skipped, by reason"), &["reason"])?;
     let cache_applies =
@@ -109,7 +122,6 @@ pub fn build(
         log: content_log,
         fanout_wake: Arc::new(tokio::sync::Notify::new()),
         token_key: token_key.clone(),
-        relation: relation.clone(),
         consumer: config.database.consumer_name.clone(),
         posts_cache,
     });
@@ -124,6 +136,7 @@ pub fn build(
         relation,
         feed: config.feed.clone(),
         relation_token: config.relation.admin_token.clone(),
+        count_log: count_log.clone(),
     });
     let projector = Arc::new(apply::Projector {
         db,
@@ -134,8 +147,10 @@ pub fn build(
         cache_applies,
         feed: config.feed.clone(),
         feed_metrics: Some(feed.metrics.clone()),
+        count_log,
     });
-    Ok(Parts { projection, projector, feed, ingest })
+    let mutes = Arc::new(mutes::MuteCopier { db: feed.db.clone(), consumer: config.database.consumer_name.clone() });
+    Ok(Parts { projection, projector, feed, ingest, mutes })
 }
 
 /// Runs projection-svc on `grpc` and `admin` until `shutdown` fires: drains RPCs, then stops
@@ -158,11 +173,26 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let k = &config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
     let content_log = Arc::new(feed::KafkaContentLog::new(k.brokers.clone(), k.content_topic.clone(), k.partitions, deadline));
-    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), content_log, &registry)?;
+    let relay_metrics = socialgraph_events::RelayMetrics::register(&registry)?;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let count_log = Arc::new(count_log::CountLog { topic: k.edge_count_topic.clone(), wake: Arc::clone(&wake) });
+    let logs = Logs { content: content_log, counts: Some(count_log) };
+    let parts = build(db.clone(), &config, RelationServiceClient::new(channel), progress.clone(), cache.clone(), logs, &registry)?;
 
     let readiness = Readiness::default();
     let loops = CancellationToken::new();
-    let handlers = Handlers { projector: Arc::clone(&parts.projector), ingest: Arc::clone(&parts.ingest), feed: Arc::clone(&parts.feed) };
+    // The follow counts' outbox rows: several services on one database share one relay leader.
+    let topics = vec![config.kafka.edge_count_topic.clone()];
+    let relay = config
+        .kafka
+        .relay_enabled
+        .then(|| tokio::spawn(socialgraph_server::relay::relay_task(db.clone(), config.kafka.clone(), topics, wake, relay_metrics, loops.clone())));
+    let handlers = Handlers {
+        projector: Arc::clone(&parts.projector),
+        ingest: Arc::clone(&parts.ingest),
+        feed: Arc::clone(&parts.feed),
+        mutes: Arc::clone(&parts.mutes),
+    };
     let consumers = tokio::spawn(consume(config.clone(), handlers, progress.clone(), lag, readiness.clone(), loops.clone()));
     let drain = cache.map(|cache| tokio::spawn(socialgraph_server::cache_drain::drain_task(db.clone(), cache, loops.clone())));
     let serving = socialgraph_server::GrpcServing::new(SERVICE_NAMES, LONG_RUNNING, &config.server, readiness.clone(), &registry)?;
@@ -172,6 +202,9 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     loops.cancel();
     let limit = Duration::from_millis(config.server.drain_timeout_ms);
     join_within("consumers", limit, consumers).await;
+    if let Some(relay) = relay {
+        join_within("relay", limit, relay).await;
+    }
     if let Some(drain) = drain {
         join_within("stale cache drain", limit, drain).await;
     }
@@ -185,15 +218,17 @@ struct Handlers {
     projector: Arc<apply::Projector>,
     ingest: Arc<feed::ingest::Ingest>,
     feed: Arc<feed::Feed>,
+    mutes: Arc<mutes::MuteCopier>,
 }
 
-/// Connects to Kafka (retrying while it is down), makes sure the relation and content topics
-/// exist, starts one consumer per owned partition of each and the push worker of the owned
-/// content partitions, and keeps readiness and lag metrics current.
+/// Connects to Kafka (retrying while it is down), makes sure the relation, content and account
+/// topics exist, starts one consumer per owned partition of each and the push worker of the
+/// owned content partitions, and keeps readiness and lag metrics current.
 async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: IntGaugeVec, readiness: Readiness, cancel: CancellationToken) {
     let deadline = Duration::from_millis(config.kafka.request_deadline_ms);
-    let (relation, content) = (config.kafka.relation_topic.clone(), config.kafka.content_topic.clone());
-    let topics = [relation.as_str(), content.as_str()];
+    let k = &config.kafka;
+    let (relation, content, account) = (k.relation_topic.clone(), k.content_topic.clone(), k.account_topic.clone());
+    let topics = [relation.as_str(), content.as_str(), account.as_str()];
     let Some((client, counts)) =
         socialgraph_events::kafka::connect_until_ready(&config.kafka.brokers, deadline, &topics, config.kafka.partitions, &cancel).await
     else {
@@ -206,7 +241,11 @@ async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: In
     for (i, topic) in topics.iter().enumerate() {
         let total = counts.get(i).copied().unwrap_or(config.kafka.partitions);
         // The cache fills wait for a position of every partition, whoever consumes it.
-        let fence = if i == 0 { handlers.projector.cache.as_ref().map(|c| &c.fence) } else { handlers.feed.posts_cache.as_ref().map(|c| &c.fence) };
+        let fence = match i {
+            0 => handlers.projector.cache.as_ref().map(|c| &c.fence),
+            1 => handlers.feed.posts_cache.as_ref().map(|c| &c.fence),
+            _ => None,
+        };
         if let Some(fence) = fence {
             fence.set_partitions(total);
         }
@@ -215,10 +254,10 @@ async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: In
         for p in owned.iter().copied() {
             let (c, t, prog, s, a, cc) =
                 (Arc::clone(&client), topic.to_string(), progress.clone(), config.consumer.clone(), Arc::clone(&activity), cancel.clone());
-            tasks.push(if i == 0 {
-                tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.projector), prog, s, a, cc))
-            } else {
-                tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.ingest), prog, s, a, cc))
+            tasks.push(match i {
+                0 => tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.projector), prog, s, a, cc)),
+                1 => tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.ingest), prog, s, a, cc)),
+                _ => tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.mutes), prog, s, a, cc)),
             });
             owned_all.push((topic.to_string(), p));
         }

@@ -36,6 +36,8 @@ pub struct Projection {
     pub cache: Option<std::sync::Arc<crate::cache::Caches>>,
     /// `[feed]`: a repaired follow backfills the inbox like an applied one.
     pub feed: crate::feed::FeedSettings,
+    /// Publishes the counts a repair changes, as the consumer does (`None`: not published).
+    pub count_log: Option<std::sync::Arc<crate::count_log::CountLog>>,
 }
 
 /// Edge counts with the offsets they reflect.
@@ -71,6 +73,9 @@ pub struct RebuildCounts {
     /// Rows removed.
     pub rows_deleted: i64,
 }
+
+/// Times one repair asks the source again because the stored row moved after the last answer.
+const REPAIR_ATTEMPTS: usize = 5;
 
 fn scan_error(e: tonic::Status) -> ApiError {
     {
@@ -219,16 +224,46 @@ impl Projection {
     /// the scan saw it (maybe stale). A stored row newer than the scan, or absent from it, is
     /// checked against a fresh read of the source, which is never behind a legitimately
     /// projected row: whatever disagrees with that fresh read was damaged and is corrected.
+    ///
+    /// No transaction stays open across that read: it is made with no transaction open, and
+    /// the transaction that follows uses its answer only if the stored row is still the one
+    /// the read was made for (else it asks again), so an event applied meanwhile is never
+    /// undone by an older answer.
     async fn repair(&self, key: (i64, i64), scanned: Option<Edge>, counts: &mut RebuildCounts) -> ApiResult<()> {
-        let txn = socialgraph_storage::begin_write(&self.db).await.map_err(db_error)?;
-        let stored = edges::get(&txn, EdgeTable::Follower, key.0, key.1, true).await.map_err(db_error)?;
-        let target = match (stored, scanned) {
-            (Some(t), Some(s)) if t == s => None,
-            (None, Some(s)) => Some(Some(s)),
-            (Some(t), Some(s)) if t.version <= s.version => Some(Some(s)),
-            (None, None) => None,
-            (Some(_), _) => Some(self.source_edge(key.0, key.1).await?),
-        };
+        // (the stored row when the source was asked, the source's answer)
+        let mut asked: Option<(Option<Edge>, Option<Edge>)> = None;
+        for _ in 0..REPAIR_ATTEMPTS {
+            let txn = socialgraph_storage::begin_write(&self.db).await.map_err(db_error)?;
+            let stored = edges::get(&txn, EdgeTable::Follower, key.0, key.1, true).await.map_err(db_error)?;
+            let target = match (stored, scanned) {
+                (Some(t), Some(s)) if t == s => None,
+                (None, Some(s)) => Some(Some(s)),
+                (Some(t), Some(s)) if t.version <= s.version => Some(Some(s)),
+                (None, None) => None,
+                (Some(_), _) => match asked {
+                    Some((seen, answer)) if seen == stored => Some(answer),
+                    _ => {
+                        txn.rollback().await.map_err(db_error)?;
+                        asked = Some((stored, self.source_edge(key.0, key.1).await?));
+                        continue;
+                    }
+                },
+            };
+            return self.repair_in(txn, key, stored, target, counts).await;
+        }
+        Err(ApiError::unavailable(socialgraph_server::REASON_PEER, "the follower row kept changing during its repair; retry"))
+    }
+
+    /// The write of [`Self::repair`]: `target` is the row the source holds (`Some(None)`: none;
+    /// `None`: nothing to do).
+    async fn repair_in(
+        &self,
+        txn: sea_orm::DatabaseTransaction,
+        key: (i64, i64),
+        stored: Option<Edge>,
+        target: Option<Option<Edge>>,
+        counts: &mut RebuildCounts,
+    ) -> ApiResult<()> {
         let new_state = match (target, stored) {
             (Some(Some(s)), None) => {
                 edges::insert(&txn, EdgeTable::Follower, &[s]).await.map_err(db_error)?;
@@ -252,6 +287,9 @@ impl Projection {
             let d = socialgraph_storage::counts::transition(stored.map(|t| t.state), new_state);
             let deltas = [CountDelta { user_id: key.0, followings: d, followers: 0 }, CountDelta { user_id: key.1, followings: 0, followers: d }];
             socialgraph_storage::counts::add(&txn, &deltas).await.map_err(db_error)?;
+            if let Some(log) = &self.count_log {
+                log.write(&txn, &[key.0, key.1]).await.map_err(db_error)?;
+            }
             // The inboxes follow the repaired edge as they follow an applied event.
             let (follows, unfollows) = match d {
                 1 => (vec![key], Vec::new()),
@@ -260,7 +298,15 @@ impl Projection {
             };
             crate::feed::ingest::on_edges(&txn, &self.feed, &follows, &unfollows, &[]).await.map_err(db_error)?;
         }
-        txn.commit().await.map_err(db_error)
+        txn.commit().await.map_err(db_error)?;
+        self.wake_relay(new_state.is_some());
+        Ok(())
+    }
+
+    fn wake_relay(&self, wrote: bool) {
+        if let (true, Some(log)) = (wrote, &self.count_log) {
+            log.wake.notify_one();
+        }
     }
 
     async fn scan_source(&self, req: rpb::ScanEdgesRequest) -> ApiResult<tonic::Streaming<rpb::ScanEdgesResponse>> {
@@ -298,7 +344,13 @@ impl Projection {
             self.repair(key, source.get(&key).copied(), &mut counts).await?;
         }
         // The rows now agree with the source; make the user's own counts agree with the rows.
-        socialgraph_storage::counts::recount(&self.db, &[user_id]).await.map_err(db_error)?;
+        let txn = socialgraph_storage::begin_write(&self.db).await.map_err(db_error)?;
+        let corrected = socialgraph_storage::counts::recount(&txn, &[user_id]).await.map_err(db_error)?;
+        if let (true, Some(log)) = (corrected > 0, &self.count_log) {
+            log.write(&txn, &[user_id]).await.map_err(db_error)?;
+        }
+        txn.commit().await.map_err(db_error)?;
+        self.wake_relay(corrected > 0);
         Ok(counts)
     }
 

@@ -1,13 +1,14 @@
 //! What other services keep of relation-svc's accounts, as events on topic
-//! `kafka.account_topic` (AccountEvent, key = user id): every status change of an account, and
-//! every change of whether a pair of users blocks each other. Each is written to the outbox in
+//! `kafka.account_topic` (AccountEvent, key = user id): every status change of an account,
+//! every change of whether a pair of users blocks each other, and of whether a user mutes
+//! another (projection-svc's copy filters timelines by it). Each is written to the outbox in
 //! the transaction of the change, so a consumer's copy (message-svc's block copy and its
 //! handling of deleted accounts) follows the source exactly, by version.
 
 use socialgraph_proto::events::v1::{AccountEvent, AccountEventKind, AccountLifecycle};
 use socialgraph_storage::accounts::{Account, AccountStatus};
-use socialgraph_storage::block_pairs;
 use socialgraph_storage::outbox::NewOutboxRow;
+use socialgraph_storage::{block_pairs, mute_versions};
 
 use crate::service::Relations;
 
@@ -59,6 +60,29 @@ impl Relations {
             user_id: low,
             other_user_id: high,
             blocked,
+            version,
+            occurred_at: Some(socialgraph_domain::timestamp_from_ms(now_ms)),
+            ..AccountEvent::default()
+        };
+        Ok(Some(self.account_topic_row(event, now_ms)))
+    }
+
+    /// Records in `mute_version` whether `muter` mutes `muted` and, when that changed, writes
+    /// its event: the outbox row to insert with it.
+    pub(crate) async fn mute_changed<C: sea_orm::ConnectionTrait>(
+        &self,
+        conn: &C,
+        (muter, muted): (i64, i64),
+        on: bool,
+        now_ms: i64,
+    ) -> Result<Option<NewOutboxRow>, sea_orm::DbErr> {
+        let Some(version) = mute_versions::set(conn, muter, muted, on, now_ms).await? else { return Ok(None) };
+        let event = AccountEvent {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            kind: AccountEventKind::Mute as i32,
+            user_id: muter,
+            other_user_id: muted,
+            muted: on,
             version,
             occurred_at: Some(socialgraph_domain::timestamp_from_ms(now_ms)),
             ..AccountEvent::default()

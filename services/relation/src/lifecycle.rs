@@ -212,6 +212,10 @@ impl Relations {
                 for (low, high) in socialgraph_storage::block_pairs::blocked_of(txn, user_id).await? {
                     events.extend(self.block_changed(txn, (low, high), false, now).await?);
                 }
+                // And every mute of or at it, with its event.
+                for key in socialgraph_storage::mute_versions::muted_of(txn, user_id).await? {
+                    events.extend(self.mute_changed(txn, key, false, now).await?);
+                }
                 outbox::insert(txn, &events).await?;
                 restrictions::delete_all_of(txn, Restriction::Block, user_id).await?;
                 restrictions::delete_all_of(txn, Restriction::Mute, user_id).await?;

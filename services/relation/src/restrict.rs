@@ -171,10 +171,11 @@ impl Relations {
         validate_restriction(("muter_id", "muted_id"), muter_id, muted_id, "SELF_MUTE")?;
         // Two identical mutes at once: the second insert meets the key and retries, then sees it.
         let changed = in_tx!(self, txn => async {
+            let now = now_ms();
             let changed = if on {
                 let new = !restrictions::exists(&txn, Restriction::Mute, muter_id, muted_id, false).await?;
                 if new {
-                    restrictions::insert(&txn, Restriction::Mute, muter_id, muted_id, now_ms()).await?;
+                    restrictions::insert(&txn, Restriction::Mute, muter_id, muted_id, now).await?;
                 }
                 new
             } else {
@@ -182,12 +183,16 @@ impl Relations {
             };
             if changed {
                 self.restrictions_changed(&txn, &[muter_id, muted_id]).await?;
+                // The mute as projection-svc copies it, with its version.
+                let events: Vec<_> = self.mute_changed(&txn, (muter_id, muted_id), on, now).await?.into_iter().collect();
+                outbox::insert(&txn, &events).await?;
             }
             Ok::<_, sea_orm::DbErr>(changed)
         }
         .await
         .map_err(TxError::Db));
         if changed {
+            self.relay_wake.notify_one();
             self.forget_restrictions(&[muter_id, muted_id]).await;
         }
         Ok(changed)

@@ -264,8 +264,6 @@ pub struct Feed {
     pub fanout_wake: Arc<Notify>,
     /// Signs page tokens.
     pub token_key: socialgraph_domain::PageTokenKey,
-    /// relation-svc, for the viewer's mutes.
-    pub relation: socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient<tonic::transport::Channel>,
     /// Name of the content consumer's offsets.
     pub consumer: String,
     /// The authors' newest posts in the cache Redis (`None`: no cache Redis).

@@ -13,7 +13,6 @@
 
 use socialgraph_domain::{Cursor, ListKind, PageToken, Violation, validate_user_id};
 use socialgraph_proto::events::v1::{ContentEvent, ContentEventKind};
-use socialgraph_proto::relation::v1::ListMutesRequest;
 use socialgraph_server::paging::page_request;
 use socialgraph_server::{ApiError, ApiResult, db_error};
 use socialgraph_storage::feed::{self, FeedEntry, FeedKey, InboxState};
@@ -60,22 +59,10 @@ fn key_of(c: Option<Cursor>) -> Option<FeedKey> {
 }
 
 impl Feed {
-    /// The accounts `user_id` mutes (at most [`MAX_MUTES`]), from relation-svc.
+    /// The accounts `user_id` mutes (at most [`MAX_MUTES`]), from projection-svc's copy of
+    /// the mutes ([`crate::mutes`]).
     async fn mutes(&self, user_id: i64) -> ApiResult<Vec<i64>> {
-        let mut client = self.relation.clone();
-        let (mut out, mut token) = (Vec::new(), String::new());
-        loop {
-            let page = client.list_mutes(ListMutesRequest { user_id, page_size: 1000, page_token: token }).await.map_err(|e| {
-                tracing::warn!(code = ?e.code(), message = e.message(), "relation-svc did not list mutes");
-                ApiError::unavailable(socialgraph_server::REASON_PEER, "relation-svc did not answer (the viewer's mutes); retry")
-            })?;
-            let page = page.into_inner();
-            out.extend(page.accounts.iter().map(|a| a.user_id));
-            if page.next_page_token.is_empty() || out.len() >= MAX_MUTES {
-                return Ok(out);
-            }
-            token = page.next_page_token;
-        }
+        socialgraph_storage::mute_versions::copy_muted_by(&self.db, user_id, MAX_MUTES).await.map_err(db_error)
     }
 
     /// The timeline position of `post_id` (request field `field`): any post the projection
@@ -96,7 +83,7 @@ impl Feed {
     ///
     /// # Errors
     /// INVALID_ARGUMENT for a bad id, size or token, or an unknown bound post (reason
-    /// UNKNOWN_POST); UNAVAILABLE when the database or relation-svc fails.
+    /// UNKNOWN_POST); UNAVAILABLE when the database fails.
     pub async fn timeline(&self, user_id: i64, walk: Walk, page_size: i32, token: &str) -> ApiResult<PostPage> {
         let mut owners = vec![("user_id", user_id)];
         owners.extend(walk.bound());
