@@ -101,9 +101,16 @@ pub async fn get_many<C: ConnectionTrait>(conn: &C, users: &[i64]) -> Result<Vec
 /// version); used after the projection's rows were repaired outside the event flow. Returns how
 /// many rows were corrected.
 ///
+/// The users' `edge_count` rows are locked first, as an applying batch locks them: a batch that
+/// committed before is counted in both the row and the `follower` rows, one that commits after
+/// waits and adds its change to the corrected row. (Read without the lock, a batch committing
+/// between the row's read and the count would be counted twice on PostgreSQL, whose statements
+/// each see the newest commits.) `conn` must be a transaction.
+///
 /// # Errors
 /// Database errors.
 pub async fn recount<C: ConnectionTrait>(conn: &C, users: &[i64]) -> Result<u64, DbErr> {
+    crate::feed::lock_authors(conn, users).await?;
     let stored = get_many(conn, users).await?;
     let mut deltas = Vec::new();
     for s in stored {
