@@ -69,6 +69,9 @@ pub struct Relations {
     pub(crate) jobs_wake: Arc<Notify>,
     /// The following-list cache; `None` without a cache Redis (embedded mode, `cache.url` "").
     pub(crate) caches: Option<crate::cache::Caches>,
+    /// Follow and Unfollow write one statement each ([`cas`]; PostgreSQL) rather than a
+    /// transaction.
+    single_statement: bool,
 }
 
 /// Result of a Follow.
@@ -119,7 +122,18 @@ impl Relations {
         });
         let token_key = page_token_key(config.auth.page_token_secret.as_ref());
         let jobs_wake = Arc::new(Notify::new());
-        Self { db, limiter, keys: Keys::new(config.redis.key_prefix.clone()), token_key, config, relay_wake, rate_limit_bypassed, jobs_wake, caches }
+        let single_statement = db.get_database_backend() == DbBackend::Postgres;
+        let keys = Keys::new(config.redis.key_prefix.clone());
+        Self { db, limiter, keys, token_key, config, relay_wake, rate_limit_bypassed, jobs_wake, caches, single_statement }
+    }
+
+    /// The same service writing every Follow and Unfollow in a transaction, as on MariaDB and
+    /// SQLite, also on PostgreSQL: the rule's two paths are checked against one table of cases
+    /// (`relation_follow_rule`), so they cannot drift apart.
+    #[must_use]
+    pub fn with_transaction_writes(mut self) -> Self {
+        self.single_statement = false;
+        self
     }
 
     /// The notifier that wakes the account job runner ([`crate::lifecycle::run_jobs`]).
@@ -227,7 +241,7 @@ impl Relations {
 
     /// PostgreSQL writes one edge change and its event in one statement ([`cas`]).
     fn single_statement_writes(&self) -> bool {
-        self.db.get_database_backend() == DbBackend::Postgres
+        self.single_statement
     }
 
     /// Follow as a compare-and-set on the version read in `seen`; a lost race reads again.
