@@ -271,10 +271,10 @@ async fn mixed_ops(mut c: Client, users: i64, ops: usize, seed: u64) -> anyhow::
         let r = match rng.random_range(0..100) {
             0..40 => allowed(follow(&mut c, a, b).await, &["ACCOUNT_INACTIVE", "BLOCKED"])?,
             40..52 => allowed(c.unfollow(UnfollowRequest { follower_id: a, followee_id: b }).await, &[])?,
-            52..57 => allowed(c.block(BlockRequest { blocker_id: a, blocked_id: b }).await, &[])?,
+            52..57 => allowed(c.block(BlockRequest { blocker_id: a, blocked_id: b }).await, &["ACCOUNT_DELETING"])?,
             57..62 => allowed(c.unblock(UnblockRequest { blocker_id: a, blocked_id: b }).await, &[])?,
             62..66 => allowed(c.remove_follower(RemoveFollowerRequest { user_id: a, follower_id: b }).await, &[])?,
-            66..68 => allowed(c.mute(MuteRequest { muter_id: a, muted_id: b }).await, &[])?,
+            66..68 => allowed(c.mute(MuteRequest { muter_id: a, muted_id: b }).await, &["ACCOUNT_DELETING"])?,
             68..73 => allowed(c.set_account_locked(SetAccountLockedRequest { user_id: b, locked: rng.random_bool(0.6) }).await, INACTIVE)?,
             73..80 => {
                 let req =

@@ -6,6 +6,8 @@
 //! on a fresh database each: the outcome (changed or not, the version, or the refusal's code,
 //! reason and metadata), the edge row left behind and the relation events written must be what
 //! the table says, and the same on every path, so neither path can drift from the rule.
+//! Then the rule of blocks and mutes around an account's deletion: none can be added while it
+//! runs, so none outlives it.
 
 use std::sync::Arc;
 
@@ -220,4 +222,43 @@ async fn the_follow_rule_is_one_table_on_postgres_statement_and_transaction() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_follow_rule_is_one_table_on_mariadb_and_sqlite() -> anyhow::Result<()> {
     table_holds(&[(Backend::MariaDb, true), (Backend::Sqlite, true)]).await
+}
+
+/// A new block or mute of an account being deleted is refused (the deletion's last step ends
+/// every one the account is in, and one added after it would outlive the account with no event
+/// to undo it); lifting one is not refused; once the deletion is done the id is a fresh account.
+async fn no_restriction_outlives_a_deletion(backend: Backend) -> anyhow::Result<()> {
+    let db = TestDb::create(backend).await?;
+    let r = relations(&db, false).await?;
+    r.set_mute(3, 2, true).await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    r.delete_account(2).await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let refused = |out: Result<(bool, i64, bool), tonic::Status>, what: &str| match out {
+        Err(s) if s.code() == PRECONDITION && socialgraph_integration_tests::reason(&s) == "ACCOUNT_DELETING" => Ok(()),
+        other => Err(anyhow::anyhow!("{backend:?}: {what} of an account being deleted: expected ACCOUNT_DELETING, got {other:?}")),
+    };
+    refused(run(&r, Block(1, 2)).await, "a block")?;
+    refused(run(&r, Block(2, 1)).await, "a block by it")?;
+    let r = &r;
+    let mute = |a, b| async move { r.set_mute(a, b, true).await.map(|c| (c, 0, false)).map_err(tonic::Status::from) };
+    refused(mute(1, 2).await, "a mute")?;
+    refused(mute(2, 1).await, "a mute by it")?;
+    assert!(r.set_mute(3, 2, false).await.map_err(|e| anyhow::anyhow!("{e:?}"))?, "{backend:?}: an unmute is not refused");
+
+    let mut steps = 0;
+    while !matches!(r.job_step(2).await.map_err(|e| anyhow::anyhow!("{e:?}"))?, socialgraph_relation::lifecycle::Step::Done) {
+        steps += 1;
+        anyhow::ensure!(steps < 600, "{backend:?}: the deletion did not finish");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    run(r, Block(1, 2)).await.map_err(|e| anyhow::anyhow!("{backend:?}: a block of the fresh account: {e}"))?;
+    assert!(r.set_mute(1, 2, true).await.map_err(|e| anyhow::anyhow!("{e:?}"))?, "{backend:?}: a mute of the fresh account");
+    db.drop_db().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_block_or_mute_outlives_a_deletion() -> anyhow::Result<()> {
+    for backend in [Backend::Postgres, Backend::MariaDb, Backend::Sqlite] {
+        no_restriction_outlives_a_deletion(backend).await?;
+    }
+    Ok(())
 }

@@ -9,6 +9,10 @@
 //! Both start from the mutes that exist (version 1). On one database, as the chart deploys it
 //! by default, that is every mute; a projection-svc on a database of its own starts from none
 //! and learns each mute at its next change.
+//!
+//! An account's deletion reads every pair it is in, either side, with a locking read: indexes
+//! on `mute_version (muted_id)` and `block_pair (high_id)` let that read lock the account's
+//! rows rather than scan (and, on MariaDB, lock) the whole table.
 use sea_orm_migration::prelude::*;
 
 #[derive(DeriveMigrationName)]
@@ -55,10 +59,17 @@ impl MigrationTrait for Migration {
                 create(manager, table).await?;
             }
         }
+        for (name, table, column) in [("idx_mute_version_muted", "mute_version", "muted_id"), ("idx_block_pair_high", "block_pair", "high_id")] {
+            if !manager.has_index(table, name).await? {
+                let index = Index::create().name(name).table(Alias::new(table)).col(Alias::new(column)).to_owned();
+                manager.create_index(index).await?;
+            }
+        }
         Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.drop_index(Index::drop().name("idx_block_pair_high").table(Alias::new("block_pair")).to_owned()).await?;
         for table in ["mute_version", "timeline_mute_copy"] {
             manager.drop_table(Table::drop().table(Alias::new(table)).to_owned()).await?;
         }

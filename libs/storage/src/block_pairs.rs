@@ -47,7 +47,9 @@ pub async fn get<C: ConnectionTrait>(conn: &C, table: PairTable, (low, high): (i
 
 /// Writes (`flag`, version) of the row keyed `key` in `table` (key columns `cols.0`, `cols.1`,
 /// flag column `cols.2`), inserting the row when missing: the write of every versioned copy
-/// table (the block pairs here, the mutes in [`crate::mute_versions`]).
+/// table (the block pairs here, the mutes in [`crate::mute_versions`]). The statement itself
+/// keeps the newer version: a stored row at `version` or above is left as it is, so two
+/// appliers racing to insert the same missing row cannot leave the older one behind.
 pub(crate) async fn put_flag<C: ConnectionTrait>(
     conn: &C,
     table: &str,
@@ -60,12 +62,14 @@ pub(crate) async fn put_flag<C: ConnectionTrait>(
     let sql = match conn.get_database_backend() {
         DbBackend::MySql => format!(
             "INSERT INTO {table} ({k1}, {k2}, {f}, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE {f} = VALUES({f}), version = VALUES(version), updated_at_ms = VALUES(updated_at_ms)"
+             ON DUPLICATE KEY UPDATE {f} = IF(VALUES(version) > version, VALUES({f}), {f}), \
+             updated_at_ms = IF(VALUES(version) > version, VALUES(updated_at_ms), updated_at_ms), \
+             version = GREATEST(version, VALUES(version))"
         ),
         _ => format!(
             "INSERT INTO {table} ({k1}, {k2}, {f}, version, updated_at_ms) VALUES (?, ?, ?, ?, ?) \
              ON CONFLICT ({k1}, {k2}) DO UPDATE SET {f} = excluded.{f}, version = excluded.version, \
-             updated_at_ms = excluded.updated_at_ms"
+             updated_at_ms = excluded.updated_at_ms WHERE {table}.version < excluded.version"
         ),
     };
     let values = vec![key.0.into(), key.1.into(), flag.into(), version.into(), now_ms.into()];
@@ -99,13 +103,16 @@ pub async fn set<C: ConnectionTrait>(conn: &C, a: i64, b: i64, blocked: bool, no
     Ok(Some(version + 1))
 }
 
-/// The blocked pairs `user_id` is in, from `block_pair`.
+/// The blocked pairs `user_id` is in, from `block_pair`, with a locking read (not on SQLite):
+/// on MariaDB it waits for a Block still being written, so an account's deletion never misses
+/// one (see relation-svc's `lifecycle`).
 ///
 /// # Errors
 /// Database errors.
 pub async fn blocked_of<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<Vec<(i64, i64)>, DbErr> {
-    let sql = "SELECT low_id, high_id FROM block_pair WHERE (low_id = ? OR high_id = ?) AND blocked = ?";
-    let rows = conn.query_all_raw(statement(conn, sql, vec![user_id.into(), user_id.into(), true.into()])).await?;
+    let lock = if conn.get_database_backend() == DbBackend::Sqlite { "" } else { " FOR UPDATE" };
+    let sql = format!("SELECT low_id, high_id FROM block_pair WHERE (low_id = ? OR high_id = ?) AND blocked = ?{lock}");
+    let rows = conn.query_all_raw(statement(conn, &sql, vec![user_id.into(), user_id.into(), true.into()])).await?;
     rows.iter().map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?))).collect()
 }
 

@@ -42,27 +42,30 @@ pub async fn get<C: ConnectionTrait>(conn: &C, table: MuteTable, (muter, muted):
     row.map(|r| Ok((r.try_get_by_index::<bool>(0)?, r.try_get_by_index::<i64>(1)?))).transpose()
 }
 
-/// Sets whether `muter` mutes `muted` in `mute_version`, in the transaction of the change;
-/// returns the new version when that changed anything, `None` when it was so already.
+/// Sets whether `muter` mutes `muted` in `mute_version`, in the transaction of a change of the
+/// `mute` row, and returns the new version. The version moves even when the stored flag says
+/// so already: a `mute` row changed by a relation-svc of the release before (during a rolling
+/// upgrade) left the flag behind, and this change's event brings the copies back in line.
 ///
 /// # Errors
 /// Database errors.
-pub async fn set<C: ConnectionTrait>(conn: &C, muter: i64, muted: i64, on: bool, now_ms: i64) -> Result<Option<i64>, DbErr> {
-    let (was, version) = get(conn, MuteTable::Source, (muter, muted), true).await?.unwrap_or((false, 0));
-    if was == on {
-        return Ok(None);
-    }
-    put_flag(conn, MuteTable::Source.name(), COLUMNS, (muter, muted), on, version + 1, now_ms).await?;
-    Ok(Some(version + 1))
+pub async fn set<C: ConnectionTrait>(conn: &C, muter: i64, muted: i64, on: bool, now_ms: i64) -> Result<i64, DbErr> {
+    let version = get(conn, MuteTable::Source, (muter, muted), true).await?.map_or(0, |(_, v)| v) + 1;
+    put_flag(conn, MuteTable::Source.name(), COLUMNS, (muter, muted), on, version, now_ms).await?;
+    Ok(version)
 }
 
-/// The (muter, muted) pairs `user_id` is in, either side, that are muted in `mute_version`.
+/// The (muter, muted) pairs `user_id` is in, either side, that are muted in `mute_version`,
+/// with a locking read (not on SQLite, which serializes writers): on MariaDB it waits for a
+/// Mute still being written, so an account's deletion never misses one (see relation-svc's
+/// `lifecycle`).
 ///
 /// # Errors
 /// Database errors.
 pub async fn muted_of<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<Vec<(i64, i64)>, DbErr> {
-    let sql = "SELECT muter_id, muted_id FROM mute_version WHERE (muter_id = ? OR muted_id = ?) AND muted = ?";
-    let rows = conn.query_all_raw(statement(conn, sql, vec![user_id.into(), user_id.into(), true.into()])).await?;
+    let lock = if conn.get_database_backend() == DbBackend::Sqlite { "" } else { " FOR UPDATE" };
+    let sql = format!("SELECT muter_id, muted_id FROM mute_version WHERE (muter_id = ? OR muted_id = ?) AND muted = ?{lock}");
+    let rows = conn.query_all_raw(statement(conn, &sql, vec![user_id.into(), user_id.into(), true.into()])).await?;
     rows.iter().map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?))).collect()
 }
 

@@ -67,16 +67,16 @@ impl Relations {
         Ok(Some(self.account_topic_row(event, now_ms)))
     }
 
-    /// Records in `mute_version` whether `muter` mutes `muted` and, when that changed, writes
-    /// its event: the outbox row to insert with it.
+    /// Records in `mute_version` whether `muter` mutes `muted`, after a change of their `mute`
+    /// row, and writes its event: the outbox row to insert with it.
     pub(crate) async fn mute_changed<C: sea_orm::ConnectionTrait>(
         &self,
         conn: &C,
         (muter, muted): (i64, i64),
         on: bool,
         now_ms: i64,
-    ) -> Result<Option<NewOutboxRow>, sea_orm::DbErr> {
-        let Some(version) = mute_versions::set(conn, muter, muted, on, now_ms).await? else { return Ok(None) };
+    ) -> Result<NewOutboxRow, sea_orm::DbErr> {
+        let version = mute_versions::set(conn, muter, muted, on, now_ms).await?;
         let event = AccountEvent {
             event_id: uuid::Uuid::now_v7().to_string(),
             kind: AccountEventKind::Mute as i32,
@@ -87,6 +87,6 @@ impl Relations {
             occurred_at: Some(socialgraph_domain::timestamp_from_ms(now_ms)),
             ..AccountEvent::default()
         };
-        Ok(Some(self.account_topic_row(event, now_ms)))
+        Ok(self.account_topic_row(event, now_ms))
     }
 }

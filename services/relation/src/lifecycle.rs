@@ -214,7 +214,7 @@ impl Relations {
                 }
                 // And every mute of or at it, with its event.
                 for key in socialgraph_storage::mute_versions::muted_of(txn, user_id).await? {
-                    events.extend(self.mute_changed(txn, key, false, now).await?);
+                    events.push(self.mute_changed(txn, key, false, now).await?);
                 }
                 outbox::insert(txn, &events).await?;
                 restrictions::delete_all_of(txn, Restriction::Block, user_id).await?;
@@ -231,6 +231,24 @@ impl Relations {
 
 fn deleting_error() -> ApiError {
     ApiError::FailedPrecondition { reason: "ACCOUNT_DELETING", message: "the account is being deleted".into(), metadata: Default::default() }
+}
+
+/// Refuses (FAILED_PRECONDITION ACCOUNT_DELETING) a new block or mute when either user's account
+/// is being deleted: the deletion's last step unblocks and unmutes every pair the account is
+/// in, and one written after that step read them would outlive the account, with no event to
+/// undo it. Read last in the writer's transaction, after its writes, as for follows (see the
+/// module's comment): on PostgreSQL the deletion finishes only after every older transaction
+/// ended, and on MariaDB its locking reads wait for the writer's rows.
+///
+/// # Errors
+/// ACCOUNT_DELETING; database errors.
+pub(crate) async fn refuse_deleting(txn: &DatabaseTransaction, users: &[i64]) -> Result<(), TxError> {
+    for user_id in users {
+        if accounts::get(txn, *user_id, false).await?.is_some_and(|a| a.status == AccountStatus::Deleting) {
+            return Err(TxError::Api(deleting_error()));
+        }
+    }
+    Ok(())
 }
 
 /// Runs every account's job until `cancel`: batches back to back while there is work, a poll

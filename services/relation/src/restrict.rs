@@ -80,10 +80,11 @@ impl Relations {
     /// `blocker_id` blocks `blocked_id`; see the RPC's contract.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad ids, SELF_BLOCK); UNAVAILABLE.
+    /// INVALID_ARGUMENT (bad ids, SELF_BLOCK); FAILED_PRECONDITION ACCOUNT_DELETING (either account
+    /// is being deleted); UNAVAILABLE.
     pub async fn block(&self, blocker_id: i64, blocked_id: i64) -> ApiResult<BlockOutcome> {
         validate_restriction(("blocker_id", "blocked_id"), blocker_id, blocked_id, "SELF_BLOCK")?;
-        let (out, ended) = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await.map_err(TxError::Db));
+        let (out, ended) = in_tx!(self, txn => self.block_tx(&txn, blocker_id, blocked_id).await);
         if out.changed {
             self.forget_restrictions(&[blocker_id, blocked_id]).await;
         }
@@ -95,12 +96,7 @@ impl Relations {
     }
 
     /// The block in `txn`: its outcome and the edges it ended.
-    async fn block_tx(
-        &self,
-        txn: &sea_orm::DatabaseTransaction,
-        blocker_id: i64,
-        blocked_id: i64,
-    ) -> Result<(BlockOutcome, Vec<Edge>), sea_orm::DbErr> {
+    async fn block_tx(&self, txn: &sea_orm::DatabaseTransaction, blocker_id: i64, blocked_id: i64) -> Result<(BlockOutcome, Vec<Edge>), TxError> {
         let now = now_ms();
         let rows = pair_rows(blocker_id, blocked_id);
         for (f, e) in rows {
@@ -127,6 +123,7 @@ impl Relations {
             }
         }
         outbox::insert(txn, &events).await?;
+        crate::lifecycle::refuse_deleting(txn, &[blocker_id, blocked_id]).await?;
         Ok((BlockOutcome { changed: true, edges_removed: ended.len() as i32 }, ended))
     }
 
@@ -166,7 +163,8 @@ impl Relations {
     /// `muter_id` mutes (`on`) or unmutes `muted_id`; true when that changed anything.
     ///
     /// # Errors
-    /// INVALID_ARGUMENT (bad ids, SELF_MUTE); UNAVAILABLE.
+    /// INVALID_ARGUMENT (bad ids, SELF_MUTE); FAILED_PRECONDITION ACCOUNT_DELETING (a new mute
+    /// while either account is being deleted); UNAVAILABLE.
     pub async fn set_mute(&self, muter_id: i64, muted_id: i64, on: bool) -> ApiResult<bool> {
         validate_restriction(("muter_id", "muted_id"), muter_id, muted_id, "SELF_MUTE")?;
         // Two identical mutes at once: the second insert meets the key and retries, then sees it.
@@ -184,13 +182,15 @@ impl Relations {
             if changed {
                 self.restrictions_changed(&txn, &[muter_id, muted_id]).await?;
                 // The mute as projection-svc copies it, with its version.
-                let events: Vec<_> = self.mute_changed(&txn, (muter_id, muted_id), on, now).await?.into_iter().collect();
-                outbox::insert(&txn, &events).await?;
+                let event = self.mute_changed(&txn, (muter_id, muted_id), on, now).await?;
+                outbox::insert(&txn, &[event]).await?;
+                if on {
+                    crate::lifecycle::refuse_deleting(&txn, &[muter_id, muted_id]).await?;
+                }
             }
-            Ok::<_, sea_orm::DbErr>(changed)
+            Ok::<_, TxError>(changed)
         }
-        .await
-        .map_err(TxError::Db));
+        .await);
         if changed {
             self.relay_wake.notify_one();
             self.forget_restrictions(&[muter_id, muted_id]).await;
