@@ -172,17 +172,6 @@ pub fn relation_config(db_url: &str, topic: &str) -> RelationConfig {
     c
 }
 
-/// The account topic of a test mesh whose relation topic is `relation_topic` (each mesh has its
-/// own, so one test's account deletions never reach another's message-svc).
-pub fn account_topic_of(relation_topic: &str) -> String {
-    format!("{relation_topic}.account")
-}
-
-/// The follow-count topic of a test mesh whose relation topic is `relation_topic`.
-pub fn edge_count_topic_of(relation_topic: &str) -> String {
-    format!("{relation_topic}.edge_count")
-}
-
 /// Starts relation-svc with `config` on free ports and waits until it answers.
 ///
 /// # Errors

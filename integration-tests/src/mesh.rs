@@ -7,6 +7,17 @@ use socialgraph_testkit::{Backend, TestDb};
 
 use crate::*;
 
+/// The account topic of a test mesh whose relation topic is `relation_topic` (each mesh has its
+/// own, so one test's account deletions never reach another's message-svc).
+pub fn account_topic_of(relation_topic: &str) -> String {
+    format!("{relation_topic}.account")
+}
+
+/// The follow-count topic of a test mesh whose relation topic is `relation_topic`.
+pub fn edge_count_topic_of(relation_topic: &str) -> String {
+    format!("{relation_topic}.edge_count")
+}
+
 /// Topic names of one test mesh.
 #[derive(Debug, Clone)]
 pub struct Topics {

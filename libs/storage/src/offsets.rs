@@ -66,6 +66,15 @@ pub async fn with_follower_edges<C: ConnectionTrait>(
     crate::pg_bulk::offsets_with_follower_edges(conn, consumer, topic, followee, followers).await.map(Some)
 }
 
+/// The next offset `consumer` stored for `topic`/`partition`, if any: a consumer's
+/// `load_offset` when its offsets live in this database.
+///
+/// # Errors
+/// Database errors.
+pub async fn next_offset<C: ConnectionTrait>(conn: &C, consumer: &str, topic: &str, partition: i32) -> Result<Option<i64>, DbErr> {
+    Ok(list(conn, consumer, topic).await?.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+}
+
 /// Stores the position of `consumer` on `topic`/`o.partition` (insert or overwrite).
 ///
 /// # Errors

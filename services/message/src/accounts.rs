@@ -82,8 +82,7 @@ impl Messages {
 
 impl BatchHandler for AccountEnder {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        let stored = offsets::list(&self.messages.db, &self.consumer, topic).await?;
-        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+        Ok(offsets::next_offset(&self.messages.db, &self.consumer, topic, partition).await?)
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {

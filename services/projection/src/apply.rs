@@ -182,8 +182,7 @@ impl Projector {
 
 impl BatchHandler for Projector {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        let stored = offsets::list(&self.db, &self.consumer, topic).await?;
-        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+        Ok(offsets::next_offset(&self.db, &self.consumer, topic, partition).await?)
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {

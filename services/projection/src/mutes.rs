@@ -42,8 +42,7 @@ pub fn newest_mutes(records: &[RecordAndOffset]) -> HashMap<(i64, i64), (bool, i
 
 impl BatchHandler for MuteCopier {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        let stored = offsets::list(&self.db, &self.consumer, topic).await?;
-        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+        Ok(offsets::next_offset(&self.db, &self.consumer, topic, partition).await?)
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {

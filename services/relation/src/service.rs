@@ -225,7 +225,7 @@ impl Relations {
         {
             return Ok(out);
         }
-        let outcome = if self.single_statement_writes() {
+        let outcome = if self.single_statement {
             self.follow_cas(follower_id, followee_id, seen).await?
         } else {
             in_tx!(self, txn => self.follow_tx(&txn, follower_id, followee_id).await)
@@ -237,11 +237,6 @@ impl Relations {
             }
         }
         Ok(outcome)
-    }
-
-    /// PostgreSQL writes one edge change and its event in one statement ([`cas`]).
-    fn single_statement_writes(&self) -> bool {
-        self.single_statement
     }
 
     /// Follow as a compare-and-set on the version read in `seen`; a lost race reads again.
@@ -337,7 +332,7 @@ impl Relations {
     /// INVALID_ARGUMENT for bad ids; UNAVAILABLE.
     pub async fn unfollow(&self, follower_id: i64, followee_id: i64) -> ApiResult<UnfollowOutcome> {
         validate_pair(follower_id, followee_id)?;
-        let mut outcome = if self.single_statement_writes() {
+        let mut outcome = if self.single_statement {
             self.unfollow_cas(follower_id, followee_id).await?
         } else {
             in_tx!(self, txn => self.unfollow_tx(&txn, follower_id, followee_id).await)

@@ -190,8 +190,7 @@ impl Ingest {
 
 impl BatchHandler for Ingest {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        let stored = offsets::list(&self.feed.db, &self.feed.consumer, topic).await?;
-        Ok(stored.into_iter().find(|o| o.partition == partition).map(|o| o.next_offset))
+        Ok(offsets::next_offset(&self.feed.db, &self.feed.consumer, topic, partition).await?)
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
