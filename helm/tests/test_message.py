@@ -251,7 +251,7 @@ def test_values_become_the_documented_variables():
     ({}, {MESSAGE: {"ports": {"admin": 7004}}}, {MESSAGE}),
     ({}, {MESSAGE: {"database": {"url": "postgres://m@db/messages"}}}, {MESSAGE}),
     (OWN_DB_INLINE, {"database": {"url": "postgres://other@db/sg"}}, {"relation", "projection"}),
-    ({}, {"kafka": {"relationTopic": "sg.relation.v2"}}, {"relation", "projection"}),
+    ({}, {"kafka": {"relationTopic": "sg.relation.v2"}}, {"relation", "projection", "counter"}),
     ({}, {"kafka": {"edgeCountTopic": "sg.edge_count.v2"}}, {"projection", "counter"}),
     ({}, {"kafka": {"accountTopic": "sg.account.v2"}}, {"relation", "projection", MESSAGE}),
     ({}, {"relation": {"limits": {"followingCap": 10}}}, {"relation"}),

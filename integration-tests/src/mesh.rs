@@ -203,7 +203,7 @@ impl Mesh {
         projection_replicas_caught_up(&projections, &self.brokers, &self.topics.relation, deadline).await?;
         projection_replicas_caught_up(&projections, &self.brokers, &crate::account_topic_of(&self.topics.relation), deadline).await?;
         outbox_drained(&self.db, deadline).await?;
-        let topics = [self.topics.edge_count.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
+        let topics = [self.topics.relation.as_str(), self.topics.edge_count.as_str(), self.topics.content.as_str(), self.topics.counter.as_str()];
         counter_caught_up_on(&self.brokers, &self.redis_url, &self.prefix, &topics, deadline).await
     }
 
@@ -243,6 +243,10 @@ impl Mesh {
         let (following, follower) = both_tables(&self.db).await?;
         assert_eq!(follower, projected(following), "the follower table holds exactly the source's edges");
         let exact = crate::model::Model::default().users(&self.db, users).await?;
+        for (u, counts) in &exact {
+            let row = socialgraph_storage::following_counts::get(&self.db.conn, *u).await?;
+            assert_eq!(row.map_or(0, |r| r.followings), counts.0 as i64, "relation-svc's following_count of {u} equals its edges");
+        }
         let served = crate::model::served_users(&mut self.counter.counter().await?, users).await?;
         assert_eq!(served, exact, "counters equal the exact counts of the following table");
         let cache = crate::cache_settings(&self.topics.relation);

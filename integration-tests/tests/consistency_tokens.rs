@@ -92,7 +92,8 @@ async fn reads_with_a_write_token_show_the_write_in_the_mesh() -> anyhow::Result
 
     // A token of a change that never lands (a version the edge will not reach soon): bounded wait.
     let follow = c.relation.follow(FollowRequest { follower_id: 20, followee_id: 21 }).await?.into_inner();
-    let forged = socialgraph_domain::ConsistencyToken { follower_id: 20, followee_id: 21, version: follow.version + 100 }.encode();
+    let forged =
+        socialgraph_domain::ConsistencyToken { follower_id: 20, followee_id: 21, version: follow.version + 100, followings_version: 0 }.encode();
     let started = Instant::now();
     let waited = c
         .projection

@@ -3,7 +3,9 @@
 //! newest version per user. Here, against real Redis, the broker and the three services: the
 //! consumer applies by version whatever the order and the copies, creates a count from the
 //! first event that carries it, never asks projection-svc, and keeps serving while
-//! projection-svc is stopped; the followers counts catch up within seconds of its restart.
+//! projection-svc is stopped. Followings come from relation-svc's events, which carry the
+//! follower's count: they stay fresh while projection-svc is stopped; the followers counts
+//! catch up within seconds of its restart.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,13 +14,13 @@ use prometheus::{IntCounter, IntCounterVec, Opts};
 use prost::Message;
 use rskafka::record::{Record, RecordAndOffset};
 use socialgraph_cache::counters::field;
-use socialgraph_counter::consume::{ConsumerMetrics, EdgeCountCounter};
-use socialgraph_counter::store::Store;
+use socialgraph_counter::consume::{ConsumerMetrics, EdgeCountCounter, FollowingsCounter};
+use socialgraph_counter::store::{Checked, EdgeCounts, Store};
 use socialgraph_domain::timestamp_from_ms;
 use socialgraph_events::consumer::BatchHandler;
 use socialgraph_integration_tests::*;
-use socialgraph_proto::events::v1::EdgeCountEvent;
-use socialgraph_proto::relation::v1::FollowRequest;
+use socialgraph_proto::events::v1::{EdgeCountEvent, RelationEvent, RelationEventKind};
+use socialgraph_proto::relation::v1::{FollowRequest, UnfollowRequest};
 use socialgraph_testkit::Backend;
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -77,6 +79,65 @@ async fn edge_count_events_keep_the_newest_version_whatever_the_order_and_the_co
     Ok(())
 }
 
+fn relation_record(follower_id: i64, followings: i64, version: i64, offset: i64) -> RecordAndOffset {
+    let e = RelationEvent {
+        event_id: format!("r{offset}"),
+        kind: RelationEventKind::Followed as i32,
+        follower_id,
+        followee_id: 1_000 + offset,
+        version: 1,
+        follower_followings: followings,
+        follower_followings_version: version,
+        ..Default::default()
+    };
+    let record = Record {
+        key: Some(follower_id.to_be_bytes().to_vec()),
+        value: Some(e.encode_to_vec()),
+        headers: BTreeMap::new(),
+        timestamp: rskafka::chrono::Utc::now(),
+    };
+    RecordAndOffset { record, offset }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followings_from_relation_events_win_by_their_own_version() -> anyhow::Result<()> {
+    let counts = consumer(&socialgraph_testkit::unique("sgfc"))?;
+    let followings = FollowingsCounter { store: counts.store.clone(), consumer: "counter".into(), metrics: counts.metrics.clone() };
+    let redis_down = |e| anyhow::anyhow!("{e} (is Redis up? `make deps` starts it)");
+    // User 1 exists (created by a projection event); user 2 was never seen.
+    counts.apply("sg.edge_count.v1", 0, &[record(1, 3, 4, 10, 0)], 1).await.map_err(redis_down)?;
+    // Out of order, with copies and an event of a producer that did not count (version 0).
+    let batch = [
+        relation_record(1, 5, 3, 0),
+        relation_record(1, 6, 4, 1),
+        relation_record(1, 4, 2, 2),
+        relation_record(1, 6, 4, 3),
+        relation_record(2, 9, 1, 4),
+    ];
+    followings.apply("sg.relation.v1", 0, &batch, 5).await.map_err(redis_down)?;
+    followings.apply("sg.relation.v1", 1, &[relation_record(1, 0, 0, 0)], 1).await.map_err(redis_down)?;
+    assert_eq!(
+        follow_counts(&counts, &[1, 2]).await?,
+        vec![Some((6, 4)), None],
+        "the newest followings; a user never seen is left to its first read"
+    );
+    assert_eq!(followings.metrics.skipped.with_label_values(&["uncounted"]).get(), 1);
+    // Replayed at later offsets, and older versions alone: nothing moves.
+    let later: Vec<RecordAndOffset> = batch.iter().map(|r| RecordAndOffset { record: r.record.clone(), offset: r.offset + 5 }).collect();
+    followings.apply("sg.relation.v1", 0, &later, 10).await.map_err(redis_down)?;
+    followings.apply("sg.relation.v1", 2, &[relation_record(1, 1, 3, 0)], 1).await.map_err(redis_down)?;
+    assert_eq!(follow_counts(&counts, &[1]).await?, vec![Some((6, 4))]);
+    // A newer projection event moves the followers, not followings that relation events brought.
+    counts.apply("sg.edge_count.v1", 0, &[record(1, 2, 8, 11, 1)], 2).await.map_err(redis_down)?;
+    assert_eq!(follow_counts(&counts, &[1]).await?, vec![Some((6, 8))], "followings keep their own version space");
+    followings.apply("sg.relation.v1", 0, &[relation_record(1, 7, 5, 10)], 11).await.map_err(redis_down)?;
+    assert_eq!(follow_counts(&counts, &[1]).await?, vec![Some((7, 8))]);
+    // The sampled check compares followers only: relation's followings are not "drift".
+    assert_eq!(counts.store.check(EdgeCounts { user_id: 1, followings: 2, followers: 8, version: 11 }).await?, Checked::Agreed { written: false });
+    assert_eq!(follow_counts(&counts, &[1]).await?, vec![Some((7, 8))]);
+    Ok(())
+}
+
 /// RPCs projection-svc served of `method`, from its metrics.
 async fn served(projection: &Svc, method: &str) -> anyhow::Result<f64> {
     let text = projection.metrics().await?;
@@ -94,6 +155,18 @@ async fn follow_ring(m: &Mesh, users: i64, round: i64) -> anyhow::Result<()> {
         let followee_id = (u + round - 1) % users + 1;
         if followee_id != u {
             rc.follow(FollowRequest { follower_id: u, followee_id }).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Every third user unfollows the account it followed in `round`.
+async fn unfollow_some(m: &Mesh, users: i64, round: i64) -> anyhow::Result<()> {
+    let mut rc = m.relation.client().await?;
+    for u in (1..=users).step_by(3) {
+        let followee_id = (u + round - 1) % users + 1;
+        if followee_id != u {
+            rc.unfollow(UnfollowRequest { follower_id: u, followee_id }).await?;
         }
     }
     Ok(())
@@ -118,13 +191,29 @@ async fn counts_from_events_alone(backend: Backend) -> anyhow::Result<()> {
     (&mut m.projection.task).await??;
     let stopped = Instant::now();
     let mut round = 4;
+    let mut fresh_within = Duration::ZERO;
     while stopped.elapsed() < stopped_for {
         follow_ring(&m, USERS, round).await?;
+        unfollow_some(&m, USERS, round).await?;
         round += 1;
         let served = model::served_users(&mut m.counter.counter().await?, &users).await?;
         assert_eq!(served.len(), users.len(), "counter-svc answers for every user while projection-svc is away");
+        // Followings reach counter-svc from relation events alone: fresh within seconds.
+        let written = Instant::now();
+        let exact = model::Model::default().users(&m.db, &users).await?;
+        let cc = m.counter.counter().await?;
+        socialgraph_testkit::eventually(Duration::from_secs(10), "followings to be fresh while projection-svc is stopped", || {
+            let (exact, mut cc, users) = (&exact, cc.clone(), &users);
+            async move {
+                let served = model::served_users(&mut cc, users).await?;
+                Ok(served.iter().all(|(u, s)| exact.get(u).is_some_and(|e| e.0 == s.0)).then_some(()))
+            }
+        })
+        .await?;
+        fresh_within = fresh_within.max(written.elapsed());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    println!("{backend:?}: with projection-svc stopped, followings were fresh within {fresh_within:?} of each round");
 
     m.restart(Service::Projection).await?;
     let restarted = Instant::now();

@@ -69,6 +69,7 @@ fn event(kind: RelationEventKind, version: i64, at_ms: i64) -> RelationEvent {
         version,
         occurred_at: Some(timestamp_from_ms(at_ms)),
         followed_at: Some(timestamp_from_ms(1000)),
+        ..Default::default()
     }
 }
 

@@ -1,5 +1,7 @@
 //! The outbox and relay: events read back from Kafka are exactly one per real change, in
-//! per-edge version order, and replaying them reproduces the following table.
+//! per-edge version order, each carrying its follower's followings after the change with a
+//! per-follower version one up on every change, and replaying them reproduces the following
+//! table and the followings of every follower.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -11,6 +13,7 @@ use socialgraph_integration_tests::{outbox_drained, random_workload, relation_on
 use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
 use socialgraph_proto::relation::v1::FollowRequest;
 use socialgraph_storage::edges::{self, EdgeTable, ScanFilter};
+use socialgraph_storage::following_counts::FollowingCount;
 use socialgraph_testkit::{Backend, kafka};
 
 async fn events_are_exactly_one_per_change(backend: Backend) -> anyhow::Result<()> {
@@ -23,6 +26,8 @@ async fn events_are_exactly_one_per_change(backend: Backend) -> anyhow::Result<(
     assert_eq!(records.len(), changes, "one event per real change");
 
     let mut replayed: BTreeMap<(i64, i64), (bool, i64, i64)> = BTreeMap::new();
+    // follower → (followings, version) as the replay reached them
+    let mut counted: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     for (partition, r) in &records {
         let key = r.record.key.clone().unwrap_or_default();
         let event = RelationEvent::decode(r.record.value.as_deref().unwrap_or_default())?;
@@ -36,13 +41,27 @@ async fn events_are_exactly_one_per_change(backend: Backend) -> anyhow::Result<(
         assert_eq!(event.version, prev_version + 1, "per-edge events arrive in version order without gaps");
         let following = event.kind == RelationEventKind::Followed as i32;
         let followed_at = event.followed_at.as_ref().map(timestamp_to_ms).unwrap_or_default();
+        let was_following = replayed.get(&edge).is_some_and(|v| v.0);
         replayed.insert(edge, (following, event.version, followed_at));
+        let (followings, version) = counted.get(&event.follower_id).copied().unwrap_or_default();
+        let followings = followings + i64::from(following) - i64::from(was_following);
+        assert_eq!(
+            (event.follower_followings, event.follower_followings_version),
+            (followings, version + 1),
+            "the event carries its follower's followings after the change, one version up (follower {})",
+            event.follower_id
+        );
+        counted.insert(event.follower_id, (followings, version + 1));
     }
 
     let table = edges::scan(&db.conn, EdgeTable::Following, ScanFilter::default(), 1_000_000).await?;
     let table: BTreeMap<(i64, i64), (bool, i64, i64)> =
         table.into_iter().map(|e| ((e.follower_id, e.followee_id), (e.state.as_i16() == 1, e.version, e.followed_at_ms))).collect();
     assert_eq!(replayed, table, "replaying the events onto an empty map reproduces the following table");
+    for (follower, (followings, version)) in counted {
+        let row = socialgraph_storage::following_counts::get(&db.conn, follower).await?;
+        assert_eq!(row, Some(FollowingCount { followings, version }), "following_count of {follower} is what its last event said");
+    }
     svc.stop().await?;
     db.drop_db().await
 }

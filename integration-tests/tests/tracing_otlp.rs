@@ -118,6 +118,7 @@ async fn produce_pair(m: &Mesh) -> anyhow::Result<()> {
             version: 1,
             occurred_at: Some(at),
             followed_at: Some(at),
+            ..Default::default()
         };
         let traceparent = format!("00-{trace:032x}-{CALLER_SPAN:016x}-{:02x}", u8::from(sampled));
         rskafka::record::Record {
@@ -155,7 +156,7 @@ async fn a_follow_and_a_like_are_each_one_trace_across_the_mesh_and_sampling_hol
     produce_pair(&m).await?;
     m.settle(SETTLE).await?;
 
-    let follow_path = ["RelationService.Follow", "relay.publish", "projection.apply", "counter.edge_count"];
+    let follow_path = ["RelationService.Follow", "relay.publish", "counter.followings", "projection.apply", "counter.edge_count"];
     let like_path = ["CounterService.Like", "counter.relay.publish", "counter.action"];
     let traces = socialgraph_testkit::eventually(Duration::from_secs(30), "both traces to arrive whole", || {
         let traces = receiver.traces();

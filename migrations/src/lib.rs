@@ -30,6 +30,7 @@ mod m20261207_000001_add_member_unread;
 mod m20261207_000002_create_message_account_seen;
 mod m20261207_000003_create_block_pairs;
 mod m20261207_000004_create_mute_versions;
+mod m20261207_000005_create_following_count;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000002_create_message_account_seen::Migration),
             Box::new(m20261207_000003_create_block_pairs::Migration),
             Box::new(m20261207_000004_create_mute_versions::Migration),
+            Box::new(m20261207_000005_create_following_count::Migration),
         ]
     }
 }

@@ -35,7 +35,7 @@ SG_SERVER__DRAIN_TIMEOUT_MS: {{ $svc.server.drainTimeoutMs | int64 | quote }}
 {{- if not $root.Values.kafka.existingSecret }}
 SG_KAFKA__BROKERS: {{ $root.Values.kafka.brokers | toJson | quote }}
 {{- end }}
-{{- if has .name (list "relation" "projection") }}
+{{- if has .name (list "relation" "projection" "counter") }}
 SG_KAFKA__RELATION_TOPIC: {{ $root.Values.kafka.relationTopic | quote }}
 {{- end }}
 {{- if has .name (list "relation" "projection" "message") }}

@@ -2,17 +2,21 @@
 //!
 //! Layout (docs/src/architecture/counters.md#user-counters-bucketed): the users are spread over
 //! [`USER_BUCKETS`] hashes `sg:uc:{u:B}` by [`user_bucket`]; in its bucket each user is one
-//! field (the id in decimal) whose value is [`Stored`]: seven LEB128 varints, the five counters
-//! (followings, followers, posts, likes_received, favs_received), the guard version plus one and
-//! the end of the sampled check's rest period. A bucket of up to 128 small fields stays in
+//! field (the id in decimal) whose value is [`Stored`]: seven or eight LEB128 varints, the five
+//! counters (followings, followers, posts, likes_received, favs_received), the guard version
+//! plus one, the end of the sampled check's rest period and, once a relation event brought one,
+//! the version of the followings plus one. A bucket of up to 128 small fields stays in
 //! Redis's listpack encoding, so a user costs its field and value plus a share of one key
 //! instead of three keys of its own (README, operations: memory). Decrements floor at 0,
 //! increments saturate at u32::MAX.
 //!
 //! Effectively-once without per-offset bookkeeping: every script writes absolute values or
 //! per-item states, never blind deltas.
-//! - Followings and followers are copied from projection-svc's `edge_count` row together with
-//!   its version; the value keeps the newest version copied ([`SYNC_EDGES`]).
+//! - Followers are copied from projection-svc's `edge_count` row together with its version; the
+//!   value keeps the newest version copied ([`SYNC_EDGES`]).
+//! - Followings are copied from relation-svc's `following_count` row as its RelationEvents carry
+//!   it, newest version per user ([`SYNC_FOLLOWINGS`]); until the first of those arrives they come
+//!   from the projection's row with the followers.
 //! - Likes and favourites received are the sums of the owner's recv hash, which holds each
 //!   owned entity's counts with the entity's toggle sequence ([`OWNER_SYNC`]).
 //! - Posts follow the posts set; each entity keeps the time of its last content event
@@ -73,11 +77,13 @@ impl Sds {
 }
 
 /// One user's value in its bucket: the counters, the version of the projection's follow counts
-/// copied into them (the guard; -1 before any copy) and the end of the sampled check's rest
-/// period (seconds since [`REST_EPOCH_S`], 0 = none).
+/// copied into them (the guard; -1 before any copy), the end of the sampled check's rest
+/// period (seconds since [`REST_EPOCH_S`], 0 = none) and the version of relation-svc's
+/// followings copied into them (-1: none yet; followings then come from the projection).
 ///
-/// Encoded as seven unsigned LEB128 varints in that order (the version plus one), nothing
-/// after them: 9–35 bytes, about 12 for a typical user.
+/// Encoded as unsigned LEB128 varints in that order (the versions plus one), the last left out
+/// while it is -1, nothing after them: 9–45 bytes, about 12–16 for a typical user. Values
+/// written before the followings version existed are seven varints and read as "none".
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stored {
     /// The counters.
@@ -86,31 +92,42 @@ pub struct Stored {
     pub version: i64,
     /// End of the check rest period (seconds since [`REST_EPOCH_S`]).
     pub rest_until_s: u64,
+    /// Version of the followings copied from relation events (-1: none yet).
+    pub followings_version: i64,
 }
 
 impl Stored {
     /// Decodes a value; `None` when malformed (a truncated varint, a counter over u32::MAX,
     /// trailing bytes).
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut it = bytes.iter();
-        let mut next = || {
+        let mut it = bytes.iter().peekable();
+        let mut next = |optional: bool| {
+            if optional && it.peek().is_none() {
+                return Some(None);
+            }
             let mut v: u64 = 0;
             for shift in (0..64).step_by(7) {
                 let b = *it.next()?;
                 v |= u64::from(b & 0x7f) << shift;
                 if b < 0x80 {
-                    return Some(v);
+                    return Some(Some(v));
                 }
             }
             None
         };
         let mut counters = [0u32; FIELDS];
         for c in &mut counters {
-            *c = u32::try_from(next()?).ok()?;
+            *c = u32::try_from(next(false)??).ok()?;
         }
-        let version = i64::try_from(next()?).ok()? - 1;
-        let rest_until_s = next()?;
-        it.next().is_none().then_some(Self { counters: Sds(counters), version, rest_until_s })
+        let version = i64::try_from(next(false)??).ok()? - 1;
+        let rest_until_s = next(false)??;
+        let followings_version = match next(true)? {
+            None => -1,
+            // Written only once there is one: never 0.
+            Some(v) => i64::try_from(v).ok().filter(|v| *v > 0)? - 1,
+        };
+        // Nothing may follow the last varint.
+        next(true)?.is_none().then_some(Self { counters: Sds(counters), version, rest_until_s, followings_version })
     }
 
     /// Encodes as [`Self::decode`] reads it.
@@ -130,6 +147,9 @@ impl Stored {
         }
         put(u64::try_from(self.version.saturating_add(1)).unwrap_or_default());
         put(self.rest_until_s);
+        if self.followings_version >= 0 {
+            put(u64::try_from(self.followings_version.saturating_add(1)).unwrap_or_default());
+        }
         out
     }
 }
@@ -144,11 +164,14 @@ local function clamp(x)
   if x > 4294967295 then return 4294967295 end
   return x
 end
--- the user's value: {followings, followers, posts, likes, favs, version + 1, rest until} or nil
+-- the user's value: {followings, followers, posts, likes, favs, version + 1, rest until,
+-- followings version + 1 (0: none)} or nil
 local function rd(s)
   if not s then return nil end
   local out, i = {}, 1
-  for k = 1, 7 do
+  for k = 1, 8 do
+    -- the eighth is left out while there is none
+    if k == 8 and i > #s then out[8] = 0; break end
     local v, mul = 0, 1
     repeat
       local b = string.byte(s, i)
@@ -166,6 +189,7 @@ end
 local function wr(v)
   local out = {}
   for k = 1, 7 do venc(v[k], out) end
+  if v[8] > 0 then venc(v[8], out) end
   return table.concat(out)
 end
 "
@@ -191,7 +215,7 @@ end
 -- keys: bucket, posts set, recv hash. A fresh value from the facts in this slot.
 local function fresh(keys)
   local likes, favs = recv_sums(keys[3])
-  return {0, 0, clamp(redis.call('SCARD', keys[2])), clamp(likes), clamp(favs), 0, 0}
+  return {0, 0, clamp(redis.call('SCARD', keys[2])), clamp(likes), clamp(favs), 0, 0, 0}
 end
 ";
 
@@ -200,16 +224,18 @@ end
 ///
 /// Copies absolute follow counts, keeping only the newest version: a value whose version is at
 /// or below the stored one changes nothing (unless forced at an equal version), so duplicated,
-/// replayed and reordered events cannot move a counter twice. A missing or malformed value is
-/// created from the facts of this slot (posts set, recv hash) and takes the given version.
-/// Returns {written (0|1), previous value or false}.
+/// replayed and reordered events cannot move a counter twice. Followings are taken only while
+/// no relation event brought them ([`SYNC_FOLLOWINGS`]): those are fresher, and of another
+/// version space. A missing or malformed value is created from the facts of this slot (posts
+/// set, recv hash) and takes the given version. Returns {written (0|1), previous value or
+/// false}.
 const SYNC_EDGES: &str = r"
 local ver = math.max(tonumber(ARGV[4]) + 1, 0)
 local s = redis.call('HGET', KEYS[1], ARGV[1])
 local v = rd(s)
 if v and (ver < v[6] or (ver == v[6] and ARGV[5] ~= '1')) then return {0, s} end
 if not v then v = fresh(KEYS) end
-v[1] = clamp(tonumber(ARGV[2]))
+if v[8] == 0 then v[1] = clamp(tonumber(ARGV[2])) end
 v[2] = clamp(tonumber(ARGV[3]))
 v[6] = ver
 redis.call('HSET', KEYS[1], ARGV[1], wr(v))
@@ -229,6 +255,8 @@ if not v then return {-1, 0} end
 local ver = math.max(tonumber(ARGV[4]) + 1, 0)
 local f, r = clamp(tonumber(ARGV[2])), clamp(tonumber(ARGV[3]))
 local drift, write = 0, 0
+-- followings copied from relation events are of another version space: not compared here
+if v[8] > 0 then f = v[1] end
 if ver >= v[6] and (v[1] ~= f or v[2] ~= r) then
   if ver == v[6] then drift = 1 end
   v[1], v[2], write = f, r, 1
@@ -240,6 +268,23 @@ for i = 3, 5 do
 end
 if write == 1 then redis.call('HSET', KEYS[1], ARGV[1], wr(v)) end
 return {drift, write}
+";
+
+/// KEYS: bucket. ARGV: user id, followings, version (of relation-svc's `following_count` row,
+/// > 0).
+///
+/// Copies the followings a RelationEvent carries when its version is above the stored one, so
+/// duplicated, replayed and reordered events change nothing. A user without a value is left
+/// alone: its first read or projection event creates the value with both counts, and the next
+/// relation event brings the followings. Returns 1 when it wrote, else 0.
+const SYNC_FOLLOWINGS: &str = r"
+local v = rd(redis.call('HGET', KEYS[1], ARGV[1]))
+local ver = tonumber(ARGV[3]) + 1
+if not v or ver <= v[8] then return 0 end
+v[1] = clamp(tonumber(ARGV[2]))
+v[8] = ver
+redis.call('HSET', KEYS[1], ARGV[1], wr(v))
+return 1
 ";
 
 /// KEYS: bucket, recv hash. ARGV: user id, then quads (member `etype:eid`, seq, likes, favs):
@@ -387,6 +432,8 @@ return due
 pub struct Scripts {
     /// Copy follow counts of a newer version ([`SYNC_EDGES`]).
     pub sync_edges: Script,
+    /// Copy followings of a newer version ([`SYNC_FOLLOWINGS`]).
+    pub sync_followings: Script,
     /// The sampled check.
     pub check: Script,
     /// Copy entity counts into an owner's likes/favs received.
@@ -403,8 +450,17 @@ pub struct Scripts {
 
 impl Scripts {
     /// Every script, for loading after Redis lost them.
-    pub fn all(&self) -> [&Script; 7] {
-        [&self.sync_edges, &self.check, &self.owner_sync, &self.apply_content, &self.checks_due, &self.sync_unread, &self.rebuild_unread]
+    pub fn all(&self) -> [&Script; 8] {
+        [
+            &self.sync_edges,
+            &self.sync_followings,
+            &self.check,
+            &self.owner_sync,
+            &self.apply_content,
+            &self.checks_due,
+            &self.sync_unread,
+            &self.rebuild_unread,
+        ]
     }
 }
 
@@ -412,6 +468,7 @@ impl Default for Scripts {
     fn default() -> Self {
         Self {
             sync_edges: Script::new(&format!("{LUA_SDS}{LUA_RECV}{SYNC_EDGES}")),
+            sync_followings: Script::new(&format!("{LUA_SDS}{SYNC_FOLLOWINGS}")),
             check: Script::new(&format!("{LUA_SDS}{LUA_RECV}{CHECK}")),
             owner_sync: Script::new(&format!("{LUA_SDS}{LUA_RECV}{OWNER_SYNC}")),
             apply_content: Script::new(&format!("{LUA_SDS}{APPLY_CONTENT}")),
@@ -423,44 +480,4 @@ impl Default for Scripts {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_round_trip_as_varints() {
-        let v = Stored { counters: Sds([1, 200, 3, u32::MAX, 0]), version: 77_777, rest_until_s: 60_000_000 };
-        let bytes = v.encode();
-        assert_eq!(bytes[0], 1);
-        assert_eq!(&bytes[1..3], &[0xc8, 0x01], "200 as LEB128");
-        assert_eq!(Stored::decode(&bytes), Some(v));
-        assert_eq!(Stored::decode(&bytes[..bytes.len() - 1]), None, "truncated");
-        assert_eq!(Stored::decode(&[bytes.as_slice(), &[0]].concat()), None, "trailing byte");
-        let fresh = Stored { version: -1, ..Stored::default() };
-        assert_eq!(fresh.encode(), vec![0; 7]);
-        assert_eq!(Stored::decode(&[0; 7]), Some(fresh));
-    }
-
-    #[test]
-    fn a_counter_over_u32_is_malformed() {
-        let mut bytes = Stored::default().encode();
-        bytes.splice(0..1, [0x80, 0x80, 0x80, 0x80, 0x10]);
-        assert_eq!(Stored::decode(&bytes), None);
-    }
-
-    #[test]
-    fn buckets_spread_sequential_ids() {
-        let mut per = vec![0u32; USER_BUCKETS as usize];
-        for u in 1..=1_000_000i64 {
-            per[user_bucket(u) as usize] += 1;
-        }
-        let max = per.iter().max().copied().unwrap_or_default();
-        assert!(max <= 40, "1M sequential users: fullest bucket {max} (mean 15)");
-    }
-
-    #[test]
-    fn apply_floors_at_zero_and_saturates() {
-        let mut s = Sds([0, 5, u32::MAX - 1, 0, 0]);
-        s.apply([-3, -2, 10, 1, 0]);
-        assert_eq!(s, Sds([0, 3, u32::MAX, 1, 0]));
-    }
-}
+mod tests;

@@ -2,17 +2,20 @@
 //! edge's version, so a Follow or Unfollow costs one round trip after its (unlocked) pre-read
 //! instead of a transaction's five or six.
 //!
-//! A statement whose data-modifying CTEs all run is atomic in autocommit: the edge row and the
-//! outbox row are written together or not at all (docs/src/architecture/events.md#the-outbox).
-//! The caller reads the edge
-//! first, builds the event for the version it will write, and asks for the change only if the
-//! row still holds the version it read (0: no row). When another writer got there first nothing
+//! A statement whose data-modifying CTEs all run is atomic in autocommit: the edge row, the
+//! follower's `following_count` row and the outbox row are written together or not at all
+//! (docs/src/architecture/events.md#the-outbox). The caller reads the edge and the count row
+//! first, builds the event for the versions it will write, and asks for the change only if the
+//! rows still hold the versions it read (0: no edge row). The statement locks the count row
+//! first, so concurrent changes of one follower's edges take turns and its count moves by one
+//! per change. When another writer got there first nothing
 //! is written and the caller reads again. PostgreSQL only: MySQL/MariaDB have no
 //! data-modifying CTEs and SQLite serializes writers anyway; they keep the transaction.
 
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use socialgraph_domain::{Edge, EdgeState};
 
+use crate::following_counts::FollowingCount;
 use crate::outbox::NewOutboxRow;
 
 /// What a compare-and-set did.
@@ -26,8 +29,10 @@ pub enum CasOutcome {
     AtCap(i64),
 }
 
-/// Writes `edge` (state Following, its new version and times) and `event` if the stored row
-/// still has version `expected` (0: no row) and is neither following nor blocked, and the
+/// Writes `edge` (state Following, its new version and times), the follower's
+/// `following_count` row as `next` and `event` if the stored row still has version `expected`
+/// (0: no row) and is neither following nor blocked, the count row (which must exist, see
+/// [`crate::following_counts::ensure`]) still has the version before `next`, and the
 /// follower has fewer than `cap` "following" edges and pending follow requests (each counted
 /// over at most `cap` index entries).
 /// A row written meanwhile by a concurrent writer (a block included) is re-checked by
@@ -37,18 +42,27 @@ pub enum CasOutcome {
 ///
 /// # Errors
 /// Database errors (a lost connection, a deadlock; a unique race cannot occur).
-pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, cap: i64, event: &NewOutboxRow) -> Result<CasOutcome, DbErr> {
-    const SQL: &str = "WITH cap AS ( \
+pub async fn follow<C: ConnectionTrait>(
+    conn: &C,
+    edge: &Edge,
+    expected: i64,
+    cap: i64,
+    next: FollowingCount,
+    event: &NewOutboxRow,
+) -> Result<CasOutcome, DbErr> {
+    const SQL: &str = "WITH c AS (SELECT version FROM following_count WHERE user_id = $1 FOR UPDATE), cap AS ( \
             SELECT (SELECT count(*) FROM (SELECT 1 FROM following WHERE follower_id = $1 AND state = $3 LIMIT $8) AS f) \
                 + (SELECT count(*) FROM (SELECT 1 FROM follow_request WHERE requester_id = $1 LIMIT $8) AS r) AS n \
         ), e AS ( \
             INSERT INTO following AS t (follower_id, followee_id, state, version, followed_at_ms, updated_at_ms) \
-            SELECT $1, $2, $3, $4, $5, $6 FROM cap WHERE cap.n < $8 \
+            SELECT $1, $2, $3, $4, $5, $6 FROM cap WHERE cap.n < $8 AND (SELECT version FROM c) = $14 \
                 AND NOT EXISTS (SELECT 1 FROM account WHERE user_id IN ($1, $2) AND status <> 0) \
             ON CONFLICT (follower_id, followee_id) DO UPDATE SET state = EXCLUDED.state, version = EXCLUDED.version, \
                 followed_at_ms = EXCLUDED.followed_at_ms, updated_at_ms = EXCLUDED.updated_at_ms \
             WHERE t.version = $7 AND t.state <> $3 AND NOT t.blocked \
             RETURNING 1 \
+        ), u AS ( \
+            UPDATE following_count SET followings = $15, version = $14 + 1 WHERE user_id = $1 AND EXISTS (SELECT 1 FROM e) \
         ), o AS ( \
             INSERT INTO outbox (topic, partition_key, payload, headers, created_at_ms) SELECT $9, $10, $11, $12, $13 FROM e RETURNING 1 \
         ) SELECT (SELECT n FROM cap) AS n, (SELECT count(*) FROM o) AS written";
@@ -56,6 +70,7 @@ pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, ca
     let mut values = edge_values(edge, expected);
     values.push(cap.into());
     values.extend(event_values(event));
+    values.extend([(next.version - 1).into(), next.followings.into()]);
     let row = conn.query_one_raw(Statement::from_sql_and_values(DbBackend::Postgres, SQL, values)).await?;
     let (n, written): (i64, i64) = match row {
         Some(r) => (r.try_get_by_index(0)?, r.try_get_by_index(1)?),
@@ -70,23 +85,33 @@ pub async fn follow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, ca
     })
 }
 
-/// Writes `edge` (state NotFollowing, its new version and time) and `event` if the stored row
-/// still has version `expected` and is following.
+/// Writes `edge` (state NotFollowing, its new version and time), the follower's
+/// `following_count` row as `next` and `event` if the stored edge is still `old` (its version
+/// and state) and the count row still has the version before `next`.
 ///
 /// # Errors
 /// Database errors.
-pub async fn unfollow<C: ConnectionTrait>(conn: &C, edge: &Edge, expected: i64, event: &NewOutboxRow) -> Result<CasOutcome, DbErr> {
+pub async fn unfollow<C: ConnectionTrait>(
+    conn: &C,
+    old: &Edge,
+    edge: &Edge,
+    next: FollowingCount,
+    event: &NewOutboxRow,
+) -> Result<CasOutcome, DbErr> {
     // $3 is the new state; the row must hold the other one ("following").
-    const SQL: &str = "WITH e AS ( \
+    const SQL: &str = "WITH c AS (SELECT version FROM following_count WHERE user_id = $1 FOR UPDATE), e AS ( \
             UPDATE following SET state = $3, version = $4, followed_at_ms = $5, updated_at_ms = $6 \
-            WHERE follower_id = $1 AND followee_id = $2 AND version = $7 AND state <> $3 \
+            WHERE follower_id = $1 AND followee_id = $2 AND version = $7 AND state = $15 AND (SELECT version FROM c) = $13 \
             RETURNING 1 \
+        ), u AS ( \
+            UPDATE following_count SET followings = $14, version = $13 + 1 WHERE user_id = $1 AND EXISTS (SELECT 1 FROM e) \
         ), o AS ( \
             INSERT INTO outbox (topic, partition_key, payload, headers, created_at_ms) SELECT $8, $9, $10, $11, $12 FROM e RETURNING 1 \
         ) SELECT count(*) AS written FROM o";
     debug_assert_eq!(edge.state, EdgeState::NotFollowing);
-    let mut values = edge_values(edge, expected);
+    let mut values = edge_values(edge, old.version);
     values.extend(event_values(event));
+    values.extend([(next.version - 1).into(), next.followings.into(), old.state.as_i16().into()]);
     let row = conn.query_one_raw(Statement::from_sql_and_values(DbBackend::Postgres, SQL, values)).await?;
     let written: i64 = match row {
         Some(r) => r.try_get_by_index(0)?,

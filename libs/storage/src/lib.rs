@@ -12,6 +12,7 @@ pub mod counts;
 pub mod edges;
 pub mod feed;
 pub mod feed_window;
+pub mod following_counts;
 pub mod leader;
 pub mod messages;
 pub mod mute_versions;

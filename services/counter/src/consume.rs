@@ -1,8 +1,11 @@
 //! Consumers of counter-svc. None of them applies a blind delta, so none needs to know whether
 //! it saw an event before: at-least-once delivery (a replayed offset range, a copy of an event
 //! at a later offset, events reordered across partitions) leaves every counter unchanged.
+//! - `sg.relation.v1`: each follower's absolute followings with their version, as relation-svc
+//!   counted them in the edge change's transaction; older versions are ignored.
 //! - `sg.edge_count.v1`: each user's absolute follow counts with their version, as
-//!   projection-svc published them; older versions are ignored.
+//!   projection-svc published them (followers; followings only until a relation event brought
+//!   them); older versions are ignored.
 //! - `sg.counter.v1`: the owners of the batch's entities get the entities' current counts with
 //!   their toggle sequence; older sequences are ignored.
 //! - `sg.content.v1`: each entity's publish/delete applies only when newer than the last one
@@ -17,10 +20,10 @@ use prost::Message;
 use rskafka::record::RecordAndOffset;
 use socialgraph_domain::timestamp_to_ms;
 use socialgraph_events::consumer::{BatchHandler, BoxError};
-use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, EdgeCountEvent, Metric};
+use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, EdgeCountEvent, Metric, RelationEvent};
 use tracing::Instrument;
 
-use crate::store::{AuthorContent, EdgeCounts, EntityState, Store};
+use crate::store::{AuthorContent, EdgeCounts, EntityState, Followings, Store};
 
 /// Metrics shared by the consumers.
 #[derive(Clone)]
@@ -76,6 +79,61 @@ impl BatchHandler for EdgeCountCounter {
             if !counts.is_empty() {
                 let written = self.store.sync_edges(&counts, false).await?;
                 self.metrics.applied.inc_by(written.iter().filter(|w| w.is_some()).count() as u64);
+            }
+            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Followings of each follower, from relation-svc's `sg.relation.v1`: every event carries the
+/// follower's absolute followings after the change with their per-user version, so the batch's
+/// newest per follower is copied and Redis keeps the newest version ([`Store::sync_followings`]).
+/// Fresh while projection-svc is down: nothing here waits for it.
+pub struct FollowingsCounter {
+    /// Redis.
+    pub store: Store,
+    /// Name of this consumer's offsets.
+    pub consumer: String,
+    /// Metrics.
+    pub metrics: ConsumerMetrics,
+}
+
+impl FollowingsCounter {
+    /// The newest followings per follower in `records` (events without a count are skipped).
+    pub fn newest(&self, records: &[RecordAndOffset]) -> Vec<Followings> {
+        let mut newest: BTreeMap<i64, Followings> = BTreeMap::new();
+        for r in records {
+            match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
+                Ok(e) if e.follower_id > 0 && e.follower_followings_version > 0 && e.follower_followings >= 0 => {
+                    let c = Followings { user_id: e.follower_id, followings: e.follower_followings, version: e.follower_followings_version };
+                    let slot = newest.entry(e.follower_id).or_insert(c);
+                    if c.version > slot.version {
+                        *slot = c;
+                    }
+                }
+                Ok(_) => self.metrics.skipped.with_label_values(&["uncounted"]).inc(),
+                Err(_) => self.metrics.skipped.with_label_values(&["undecodable"]).inc(),
+            }
+        }
+        newest.into_values().collect()
+    }
+}
+
+impl BatchHandler for FollowingsCounter {
+    async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
+        Ok(self.store.load_offset(&self.consumer, topic, partition).await?)
+    }
+
+    async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
+        let span = socialgraph_telemetry::batch_span("counter.followings", topic, partition, records.iter().map(|r| &r.record.headers));
+        async {
+            let counts = self.newest(records);
+            if !counts.is_empty() {
+                let written = self.store.sync_followings(&counts).await?;
+                self.metrics.applied.inc_by(written as u64);
             }
             self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
             Ok(())

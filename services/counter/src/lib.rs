@@ -1,6 +1,6 @@
 //! counter-svc: per-user counters (followings, followers, posts, likes and favourites
 //! received, unread messages) and per-entity like/fav counts in Redis. Consumes
-//! `sg.edge_count.v1`, `sg.content.v1`, `sg.counter.v1` and (with `message.url`) `sg.message.v1`
+//! `sg.relation.v1`, `sg.edge_count.v1`, `sg.content.v1`, `sg.counter.v1` and (with `message.url`) `sg.message.v1`
 //! effectively-once; takes like/fav toggles on bitmap facts
 //! and relays their events from a Redis outbox written in the same step as the fact.
 
@@ -139,7 +139,7 @@ struct ConsumeCtx {
 async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let k = &ctx.config.kafka;
     let deadline = Duration::from_millis(k.request_deadline_ms);
-    let mut topics = vec![k.edge_count_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
+    let mut topics = vec![k.relation_topic.clone(), k.edge_count_topic.clone(), k.content_topic.clone(), k.counter_topic.clone()];
     if ctx.consume_messages {
         topics.push(k.message_topic.clone());
     }
@@ -156,6 +156,7 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let client = Arc::new(client);
     let progress = Progress::default();
     let edge_counts = Arc::new(consume::EdgeCountCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
+    let followings = Arc::new(consume::FollowingsCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let content = Arc::new(consume::ContentCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let actions = Arc::new(consume::ActionCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let unread = ctx
@@ -168,7 +169,9 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
         for p in ctx.config.consumer.partitions.partitions(*n) {
             owned.push((t.clone(), p));
             let (c, prog, s, a, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), Arc::clone(&activity), cancel.clone());
-            tasks.push(if t == &k.edge_count_topic {
+            tasks.push(if t == &k.relation_topic {
+                tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&followings), prog, s, a, cc))
+            } else if t == &k.edge_count_topic {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&edge_counts), prog, s, a, cc))
             } else if t == &k.content_topic {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&content), prog, s, a, cc))

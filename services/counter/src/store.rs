@@ -24,6 +24,17 @@ pub struct EdgeCounts {
     pub version: i64,
 }
 
+/// One follower's followings as relation-svc counted them (`following_count` row).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Followings {
+    /// The follower.
+    pub user_id: i64,
+    /// Accounts it follows.
+    pub followings: i64,
+    /// Version of the row (grows by one on every change of the follower's edges).
+    pub version: i64,
+}
+
 /// One owned entity's counts with the toggle sequence they reflect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntityState {
@@ -124,6 +135,23 @@ impl Store {
                 Ok((written == 1).then_some(old))
             })
             .collect()
+    }
+
+    /// Copies followings into the users' counters in one round trip, keeping the newest version
+    /// per user; users without counters are left alone (their first read creates them).
+    /// Returns how many it wrote.
+    pub async fn sync_followings(&self, counts: &[Followings]) -> Result<usize, CacheError> {
+        let mut pipe = redis::pipe();
+        for c in counts {
+            let mut inv = self.scripts.sync_followings.prepare_invoke();
+            inv.key(self.keys.user_counters(c.user_id)).arg(c.user_id).arg(c.followings).arg(c.version);
+            pipe.invoke_script(&inv);
+        }
+        let mut written = 0;
+        for v in self.query(&pipe).await? {
+            written += usize::from(redis::from_redis_value::<i64>(v)? == 1);
+        }
+        Ok(written)
     }
 
     /// Creates the counters of users read for the first time, in one round trip: copies their
@@ -267,6 +295,14 @@ impl Store {
             pipe.hget(self.keys.user_counters(*u), *u);
         }
         Ok(self.query(&pipe).await?.into_iter().map(decode_sds).collect())
+    }
+
+    /// The whole stored value of `user_id` (counters and versions), if any.
+    pub async fn read_stored(&self, user_id: i64) -> Result<Option<Stored>, CacheError> {
+        let mut pipe = redis::pipe();
+        pipe.hget(self.keys.user_counters(user_id), user_id);
+        let v = self.query(&pipe).await?.into_iter().next().unwrap_or(Value::Nil);
+        Ok(redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten().and_then(|b| Stored::decode(&b)))
     }
 
     /// Starts the sampled-check rest period of every user in `users` whose period is over, in

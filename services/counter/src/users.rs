@@ -1,8 +1,10 @@
 //! Reads of user counters, their creation, rebuilds and the sampled drift check.
 //!
-//! Followings and followers are copies of projection-svc's `edge_count` rows, which the
-//! projection changes in the transaction that applies each batch of relation events; every copy
-//! carries the row's version and Redis keeps only the newest ([`Store::sync_edges`]). Posts and
+//! Followers (and followings, until a relation event brought relation-svc's) are copies of
+//! projection-svc's `edge_count` rows, which the projection changes in the transaction that
+//! applies each batch of relation events; every copy carries the row's version and Redis keeps
+//! only the newest ([`Store::sync_edges`]). Followings from relation events have a version
+//! space of their own ([`Store::sync_followings`]) and are left alone here. Posts and
 //! likes/favs received derive from facts in the user's own slot (the posts set, the recv hash).
 //! So a counter is created, rebuilt or checked without waiting for any consumer: whatever is in
 //! flight arrives later with a newer version and is applied then
@@ -23,6 +25,10 @@ use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
 use crate::store::{Checked, EdgeCounts, Store};
+
+/// Longest a read holding a consistency token waits for the relation consumer to copy the
+/// token's followings (as projection-svc waits for its change).
+pub const CONSISTENCY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Sampled checks running at once across all reads; a read that finds them all busy skips
 /// its check (it is a sample), so checks never queue behind reads or slow them.
@@ -136,12 +142,34 @@ impl Counters {
 
     /// Copies into the counters of `users` the projection's follow counts once the projection
     /// has applied the edge change of `token` (it waits for that, bounded); newer versions only,
-    /// as always.
+    /// as always. When the token's follower is among `users` and its followings come from
+    /// relation events, then waits (bounded, polling this service's own Redis) until the
+    /// relation consumer has copied the token's followings version or a newer one.
     ///
     /// # Errors
-    /// UNAVAILABLE when projection-svc does not answer or has not applied the change in time
+    /// UNAVAILABLE when projection-svc does not answer or a change is not applied in time
     /// (reason NOT_YET_CONSISTENT), or Redis is down.
     pub async fn sync_after(&self, users: &[i64], token: ConsistencyToken) -> ApiResult<()> {
+        self.sync_projection_after(users, token).await?;
+        if token.followings_version <= 0 || !users.contains(&token.follower_id) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + CONSISTENCY_WAIT;
+        loop {
+            let stored = self.store.read_stored(token.follower_id).await.map_err(cache_error)?;
+            // -1: the followings are the projection's, copied above after the change.
+            if stored.is_none_or(|s| s.followings_version < 0 || s.followings_version >= token.followings_version) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::unavailable("NOT_YET_CONSISTENT", "the followings of the consistency token are not applied yet; retry"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The projection's part of [`Self::sync_after`].
+    async fn sync_projection_after(&self, users: &[i64], token: ConsistencyToken) -> ApiResult<()> {
         let r = self
             .projection
             .clone()

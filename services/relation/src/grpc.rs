@@ -140,11 +140,6 @@ fn edge_attributes(follower_id: i64, followee_id: i64) {
     socialgraph_telemetry::annotate(&[("socialgraph.follower_id", follower_id), ("socialgraph.followee_id", followee_id)]);
 }
 
-/// The consistency token of an edge change (empty when nothing changed).
-fn token(changed: bool, follower_id: i64, followee_id: i64, version: i64) -> String {
-    if changed { socialgraph_domain::ConsistencyToken { follower_id, followee_id, version }.encode() } else { String::new() }
-}
-
 #[tonic::async_trait]
 impl RelationService for RelationGrpc {
     async fn follow(&self, req: Request<pb::FollowRequest>) -> Result<Response<pb::FollowResponse>, Status> {
@@ -156,7 +151,7 @@ impl RelationService for RelationGrpc {
             followed_at: (!out.requested).then(|| timestamp_from_ms(out.edge.followed_at_ms)),
             version: out.edge.version,
             requested: out.requested,
-            consistency_token: token(out.changed && !out.requested, r.follower_id, r.followee_id, out.edge.version),
+            consistency_token: self.relations.consistency_token(out.changed && !out.requested, r.follower_id, r.followee_id, out.edge.version).await,
         }))
     }
 
@@ -168,7 +163,7 @@ impl RelationService for RelationGrpc {
             changed: out.changed,
             version: out.version,
             request_cancelled: out.request_cancelled,
-            consistency_token: token(out.changed, r.follower_id, r.followee_id, out.version),
+            consistency_token: self.relations.consistency_token(out.changed, r.follower_id, r.followee_id, out.version).await,
         }))
     }
 
@@ -281,7 +276,7 @@ impl RelationService for RelationGrpc {
         Ok(Response::new(pb::RemoveFollowerResponse {
             changed: out.changed,
             version: out.version,
-            consistency_token: token(out.changed, r.follower_id, r.user_id, out.version),
+            consistency_token: self.relations.consistency_token(out.changed, r.follower_id, r.user_id, out.version).await,
         }))
     }
 

@@ -83,11 +83,11 @@ impl Relations {
         let existing: HashMap<(i64, i64), Edge> =
             edges::get_many(txn, EdgeTable::Following, &rest, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let blocked = if rest.is_empty() { HashSet::new() } else { edges::blocked_among(txn, &rest).await? };
-        let (mut inserts, mut events, mut written, mut dups) = (Vec::new(), Vec::new(), Vec::new(), 0_i64);
+        let (mut inserts, mut changes, mut written, mut dups) = (Vec::new(), Vec::new(), Vec::new(), 0_i64);
         for (&(follower_id, followee_id), &at) in wanted {
             if inserted.contains(&(follower_id, followee_id)) {
                 let edge = Edge::followed(follower_id, followee_id, None, at, now);
-                events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+                changes.push((edge, RelationEventKind::Followed));
                 written.push(edge);
                 continue;
             }
@@ -104,10 +104,11 @@ impl Relations {
                 Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
                 None => inserts.push(edge),
             }
-            events.push(self.event_row(&edge, RelationEventKind::Followed, now));
+            changes.push((edge, RelationEventKind::Followed));
             written.push(edge);
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
+        let events = self.edge_events(txn, &changes, now).await?;
         outbox::insert(txn, &events).await?;
         if !events.is_empty() && accounts::inactive_among(txn, &users).await?.len() > inactive.len() {
             return Err(TxError::Raced);

@@ -6,6 +6,7 @@
 mod account_events;
 pub mod cache;
 pub mod config;
+mod edge_events;
 pub mod grpc;
 pub mod import;
 mod joins;

@@ -181,7 +181,8 @@ impl Relations {
         let found = accounts::edges_of(txn, user_id, from, peer_active, batch).await?;
         if !found.is_empty() {
             let written = accounts::set_state(txn, &found, to, now).await?;
-            let events: Vec<_> = written.iter().map(|e: &Edge| self.event_row(e, kind, now)).collect();
+            let changes: Vec<_> = written.iter().map(|e: &Edge| (*e, kind)).collect();
+            let events = self.edge_events(txn, &changes, now).await?;
             outbox::insert(txn, &events).await?;
             acc.edges_done += written.len() as i64;
             accounts::put(txn, &acc).await?;

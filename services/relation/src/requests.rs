@@ -196,7 +196,7 @@ impl Relations {
             edges::get_many(txn, EdgeTable::Following, &pairs, true).await?.into_iter().map(|e| ((e.follower_id, e.followee_id), e)).collect();
         let blocked = edges::blocked_among(txn, &pairs).await?;
         let now = now_ms();
-        let (mut inserts, mut events, mut written) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut inserts, mut changes, mut written) = (Vec::new(), Vec::new(), Vec::new());
         for pair in pairs.iter().filter(|p| !blocked.contains(p)) {
             let old = existing.get(pair);
             if old.is_some_and(|e| e.state != EdgeState::NotFollowing) {
@@ -214,10 +214,11 @@ impl Relations {
                 Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
                 None => inserts.push(edge),
             }
-            events.push(self.event_row(&edge, kind, now));
+            changes.push((edge, kind));
             written.push(edge);
         }
         edges::insert(txn, EdgeTable::Following, &inserts).await?;
+        let events = self.edge_events(txn, &changes, now).await?;
         outbox::insert(txn, &events).await?;
         if !events.is_empty() && accounts::inactive_among(txn, &everyone).await?.len() > inactive.len() {
             return Err(TxError::Raced);

@@ -118,10 +118,11 @@ impl Relations {
             if old.state != EdgeState::NotFollowing {
                 let edge = old.unfollowed(now);
                 edges::update(txn, EdgeTable::Following, &edge).await?;
-                events.push(self.event_row(&edge, RelationEventKind::Unfollowed, now));
                 ended.push(edge);
             }
         }
+        let changes: Vec<_> = ended.iter().map(|e| (*e, RelationEventKind::Unfollowed)).collect();
+        events.extend(self.edge_events(txn, &changes, now).await?);
         outbox::insert(txn, &events).await?;
         crate::lifecycle::refuse_deleting(txn, &[blocker_id, blocked_id]).await?;
         Ok((BlockOutcome { changed: true, edges_removed: ended.len() as i32 }, ended))

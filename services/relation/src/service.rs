@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use prometheus::IntCounter;
-use prost::Message;
 use sea_orm::{AccessMode, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, TransactionTrait};
 use socialgraph_cache::{
     keys::Keys,
@@ -12,15 +11,15 @@ use socialgraph_cache::{
     rate_limit::{TokenBucket, Verdict},
 };
 use socialgraph_domain::{Edge, EdgeState, ListKind, PageTokenKey, Violation, validate_user_id};
-use socialgraph_events::headers;
-use socialgraph_proto::events::v1::{RelationEvent, RelationEventKind};
+use socialgraph_proto::events::v1::RelationEventKind;
 use socialgraph_server::db_error;
 use socialgraph_server::paging::{page_request, page_token_key};
 use socialgraph_server::{ApiError, ApiResult};
 use socialgraph_storage::accounts;
 use socialgraph_storage::cas::{self, CasOutcome};
 use socialgraph_storage::edges::{self, Col, EdgeTable};
-use socialgraph_storage::outbox::{self, NewOutboxRow};
+use socialgraph_storage::following_counts::{self, FollowingCount};
+use socialgraph_storage::outbox;
 use socialgraph_storage::restrictions::{self, Restriction};
 use tokio::sync::Notify;
 
@@ -155,25 +154,6 @@ impl Relations {
         }
     }
 
-    pub(crate) fn event_row(&self, edge: &Edge, kind: RelationEventKind, now: i64) -> NewOutboxRow {
-        let event = RelationEvent {
-            event_id: uuid::Uuid::now_v7().to_string(),
-            kind: kind as i32,
-            follower_id: edge.follower_id,
-            followee_id: edge.followee_id,
-            version: edge.version,
-            occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
-            followed_at: Some(socialgraph_domain::timestamp_from_ms(edge.followed_at_ms)),
-        };
-        NewOutboxRow {
-            topic: self.config.kafka.relation_topic.clone(),
-            partition_key: edge.follower_id,
-            payload: event.encode_to_vec(),
-            headers: headers::encode(&headers::event_headers("socialgraph.events.v1.RelationEvent")),
-            created_at_ms: now,
-        }
-    }
-
     async fn check_rate_limit(&self, follower_id: i64) -> ApiResult<()> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
@@ -246,12 +226,15 @@ impl Relations {
             if let Some(e) = seen.filter(|e| e.state == EdgeState::Following) {
                 return Ok(FollowOutcome::edge(false, e));
             }
+            let count = self.following_count(follower_id).await?;
+            let next = FollowingCount { followings: count.followings + 1, version: count.version + 1 };
             let now = now_ms();
             let edge = Edge::followed(follower_id, followee_id, seen.as_ref(), now, now);
-            let event = self.event_row(&edge, RelationEventKind::Followed, now);
+            let event = self.event_row(&edge, RelationEventKind::Followed, now, next);
             let expected = seen.map_or(0, |e| e.version);
-            let outcome =
-                socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::follow(&self.db, &edge, expected, cap, &event)).await.map_err(db_error)?;
+            let outcome = socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::follow(&self.db, &edge, expected, cap, next, &event))
+                .await
+                .map_err(db_error)?;
             match outcome {
                 CasOutcome::Written => return Ok(FollowOutcome::edge(true, edge)),
                 CasOutcome::AtCap(count) => return Err(cap_reached(follower_id, count, cap)),
@@ -275,16 +258,29 @@ impl Relations {
             if old.state == EdgeState::NotFollowing {
                 return Ok(UnfollowOutcome { changed: false, version: old.version, request_cancelled: false });
             }
+            let count = self.following_count(follower_id).await?;
+            // A hidden edge (an inactive account's) did not count.
+            let lost = i64::from(old.state == EdgeState::Following);
+            let next = FollowingCount { followings: (count.followings - lost).max(0), version: count.version + 1 };
             let now = now_ms();
             let edge = old.unfollowed(now);
-            let event = self.event_row(&edge, RelationEventKind::Unfollowed, now);
+            let event = self.event_row(&edge, RelationEventKind::Unfollowed, now, next);
             let outcome =
-                socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::unfollow(&self.db, &edge, old.version, &event)).await.map_err(db_error)?;
+                socialgraph_storage::retry_tx(MAX_TX_RETRIES, || cas::unfollow(&self.db, &old, &edge, next, &event)).await.map_err(db_error)?;
             if outcome == CasOutcome::Written {
                 return Ok(UnfollowOutcome { changed: true, version: edge.version, request_cancelled: false });
             }
         }
         Err(edge_contended())
+    }
+
+    /// The follower's `following_count` row for a compare-and-set, created first when missing.
+    async fn following_count(&self, follower_id: i64) -> ApiResult<FollowingCount> {
+        if let Some(c) = following_counts::get(&self.db, follower_id).await.map_err(db_error)? {
+            return Ok(c);
+        }
+        following_counts::ensure(&self.db, follower_id).await.map_err(db_error)?;
+        Ok(following_counts::get(&self.db, follower_id).await.map_err(db_error)?.unwrap_or_default())
     }
 
     async fn follow_tx(&self, txn: &DatabaseTransaction, follower_id: i64, followee_id: i64) -> Result<FollowOutcome, TxError> {
@@ -304,7 +300,7 @@ impl Relations {
             Some(_) => edges::update(txn, EdgeTable::Following, &edge).await?,
             None => edges::insert(txn, EdgeTable::Following, &[edge]).await?,
         }
-        outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Followed, now)]).await?;
+        outbox::insert(txn, &self.edge_events(txn, &[(edge, RelationEventKind::Followed)], now).await?).await?;
         // Last, after the edge is written: see `lifecycle` on why the order matters.
         if !accounts::inactive_among(txn, &[follower_id, followee_id]).await?.is_empty() {
             return Err(TxError::Api(crate::lifecycle::inactive_error()));
@@ -322,7 +318,7 @@ impl Relations {
         let now = now_ms();
         let edge = old.unfollowed(now);
         edges::update(txn, EdgeTable::Following, &edge).await?;
-        outbox::insert(txn, &[self.event_row(&edge, RelationEventKind::Unfollowed, now)]).await?;
+        outbox::insert(txn, &self.edge_events(txn, &[(edge, RelationEventKind::Unfollowed)], now).await?).await?;
         Ok(UnfollowOutcome { changed: true, version: edge.version, request_cancelled: false })
     }
 

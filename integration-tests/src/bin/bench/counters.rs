@@ -414,8 +414,14 @@ async fn counter_memory(conn: &mut redis::aio::MultiplexedConnection, users: i64
                     .arg(v[4])
                     .ignore();
             } else {
-                // A version as the projection's edge_count rows reach it, a rest period running.
-                let stored = Stored { counters: Sds(v), version: (mix(u as u64 + 7) % 20_000) as i64, rest_until_s: rest_clock_now() + 300 };
+                // Versions as the projection's edge_count rows and relation-svc's following_count
+                // rows reach it, a rest period running.
+                let stored = Stored {
+                    counters: Sds(v),
+                    version: (mix(u as u64 + 7) % 20_000) as i64,
+                    rest_until_s: rest_clock_now() + 300,
+                    followings_version: (mix(u as u64 + 11) % 10_000) as i64,
+                };
                 buckets.insert(keys.user_counters(u));
                 pipe.hset(keys.user_counters(u), u, stored.encode()).ignore();
             }

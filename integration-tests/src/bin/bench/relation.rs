@@ -143,6 +143,8 @@ fn event_row(topic: &str, edge: &Edge, now: i64, seq: u64) -> NewOutboxRow {
         version: edge.version,
         occurred_at: Some(socialgraph_domain::timestamp_from_ms(now)),
         followed_at: Some(socialgraph_domain::timestamp_from_ms(edge.followed_at_ms)),
+        follower_followings: 1,
+        follower_followings_version: seq as i64 + 1,
     };
     let mut h = BTreeMap::new();
     h.insert("traceparent".to_owned(), format!("00-{:032x}-{:016x}-01", mix(seq) as u128 | 1, mix(seq + 1) | 1));
