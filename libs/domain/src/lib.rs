@@ -5,10 +5,12 @@ mod consistency;
 mod convert;
 mod ids;
 mod page;
+mod versions;
 
 pub use consistency::ConsistencyToken;
 pub use ids::{Edge, EdgeState, MAX_ENTITY_TYPE_LEN, UserId, Violation, valid_entity_type, validate_batch, validate_user_id};
 pub use page::{Cursor, DEFAULT_PAGE_SIZE, ListEntry, ListKind, MAX_PAGE_SIZE, Page, PageToken, PageTokenError, PageTokenKey, page_size};
+pub use versions::{NEWER_WINS, newer_wins};
 
 /// Most ids accepted by one batch RPC (docs/src/api/overview.md#batches).
 pub const MAX_BATCH: usize = 1000;

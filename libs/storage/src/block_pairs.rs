@@ -50,7 +50,7 @@ pub async fn get<C: ConnectionTrait>(conn: &C, table: PairTable, (low, high): (i
 /// table (the block pairs here, the mutes in [`crate::mute_versions`]). The statement itself
 /// keeps the newer version: a stored row at `version` or above is left as it is, so two
 /// appliers racing to insert the same missing row cannot leave the older one behind.
-pub(crate) async fn put_flag<C: ConnectionTrait>(
+pub async fn put_flag<C: ConnectionTrait>(
     conn: &C,
     table: &str,
     (k1, k2, f): (&str, &str, &str),
@@ -122,7 +122,7 @@ pub async fn blocked_of<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<Ve
 /// # Errors
 /// Database errors.
 pub async fn apply_copy<C: ConnectionTrait>(conn: &C, p: (i64, i64), blocked: bool, version: i64, now_ms: i64) -> Result<bool, DbErr> {
-    if get(conn, PairTable::MessageCopy, p).await?.is_some_and(|(_, stored)| stored >= version) {
+    if !socialgraph_domain::newer_wins(get(conn, PairTable::MessageCopy, p).await?.map(|(_, stored)| stored), version) {
         return Ok(false);
     }
     put(conn, PairTable::MessageCopy, p, blocked, version, now_ms).await?;

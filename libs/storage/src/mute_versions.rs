@@ -75,7 +75,7 @@ pub async fn muted_of<C: ConnectionTrait>(conn: &C, user_id: i64) -> Result<Vec<
 /// # Errors
 /// Database errors.
 pub async fn apply_copy<C: ConnectionTrait>(conn: &C, key: (i64, i64), on: bool, version: i64, now_ms: i64) -> Result<bool, DbErr> {
-    if get(conn, MuteTable::TimelineCopy, key, true).await?.is_some_and(|(_, stored)| stored >= version) {
+    if !socialgraph_domain::newer_wins(get(conn, MuteTable::TimelineCopy, key, true).await?.map(|(_, stored)| stored), version) {
         return Ok(false);
     }
     put_flag(conn, MuteTable::TimelineCopy.name(), COLUMNS, key, on, version, now_ms).await?;

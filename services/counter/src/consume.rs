@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
 use rskafka::record::RecordAndOffset;
-use socialgraph_domain::timestamp_to_ms;
+use socialgraph_domain::{newer_wins, timestamp_to_ms};
 use socialgraph_events::consumer::{BatchHandler, BoxError};
 use socialgraph_proto::events::v1::{ActionEvent, ContentEvent, ContentEventKind, EdgeCountEvent, Metric, RelationEvent};
 use tracing::Instrument;
@@ -56,7 +56,7 @@ impl EdgeCountCounter {
                 Ok(e) if e.user_id > 0 && e.version > 0 && e.followings >= 0 && e.followers >= 0 => {
                     let c = EdgeCounts { user_id: e.user_id, followings: e.followings, followers: e.followers, version: e.version };
                     let slot = newest.entry(e.user_id).or_insert(c);
-                    if c.version > slot.version {
+                    if newer_wins(Some(slot.version), c.version) {
                         *slot = c;
                     }
                 }
@@ -110,7 +110,7 @@ impl FollowingsCounter {
                 Ok(e) if e.follower_id > 0 && e.follower_followings_version > 0 && e.follower_followings >= 0 => {
                     let c = Followings { user_id: e.follower_id, followings: e.follower_followings, version: e.follower_followings_version };
                     let slot = newest.entry(e.follower_id).or_insert(c);
-                    if c.version > slot.version {
+                    if newer_wins(Some(slot.version), c.version) {
                         *slot = c;
                     }
                 }

@@ -104,7 +104,7 @@ impl BatchHandler for AccountEnder {
                 Some(v) => Some(v),
                 None => seen::seen_version(&self.messages.db, e.user_id).await?,
             };
-            if seen.is_some_and(|v| v >= e.version) {
+            if !socialgraph_domain::newer_wins(seen, e.version) {
                 continue;
             }
             let ended = self.messages.end_conversations_of(e.user_id).await.map_err(|e| e.to_string())?;

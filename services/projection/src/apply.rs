@@ -133,7 +133,7 @@ impl Projector {
                     inserts.push(*edge);
                     None
                 }
-                Some(old) if edge.version > old.version => {
+                Some(old) if socialgraph_domain::newer_wins(Some(old.version), edge.version) => {
                     edges::update(&txn, EdgeTable::Follower, edge).await?;
                     changed += 1;
                     Some(old.state)
@@ -218,7 +218,7 @@ pub fn newest_per_edge(edges: impl IntoIterator<Item = Edge>) -> (HashMap<(i64, 
     let mut stale = 0;
     for edge in edges {
         let slot = newest.entry((edge.follower_id, edge.followee_id)).or_insert(edge);
-        if edge.version > slot.version {
+        if socialgraph_domain::newer_wins(Some(slot.version), edge.version) {
             *slot = edge;
         } else if edge.version < slot.version {
             stale += 1;

@@ -33,7 +33,7 @@ pub fn newest_mutes(records: &[RecordAndOffset]) -> HashMap<(i64, i64), (bool, i
             continue;
         }
         let slot = newest.entry((e.user_id, e.other_user_id)).or_insert((e.muted, e.version));
-        if e.version > slot.1 {
+        if socialgraph_domain::newer_wins(Some(slot.1), e.version) {
             *slot = (e.muted, e.version);
         }
     }
