@@ -7,8 +7,8 @@
 //! for the follower's followings, that version of the count or a newer one). Encoded as URL-safe
 //! base64 (no padding) of `v2.<follower>.<followee>.<version>.<followings version>`, or of
 //! `v1.<follower>.<followee>.<version>` when the followings version is unknown (tokens of
-//! earlier releases read so too); callers treat it as opaque. A forged token can only make the read wait its bounded time, so it is not
-//! signed.
+//! earlier releases read so too); callers treat it as opaque. A forged token can only make the
+//! read wait its bounded time, so it is not signed.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

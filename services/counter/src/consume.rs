@@ -47,6 +47,21 @@ pub struct EdgeCountCounter {
     pub metrics: ConsumerMetrics,
 }
 
+/// Keeps in `newest` the item of the newest version per user (the first of equal versions):
+/// [`newer_wins`] over one batch.
+fn keep_newest<T>(newest: &mut BTreeMap<i64, T>, user_id: i64, item: T, version: fn(&T) -> i64) {
+    match newest.entry(user_id) {
+        std::collections::btree_map::Entry::Vacant(slot) => {
+            slot.insert(item);
+        }
+        std::collections::btree_map::Entry::Occupied(mut slot) => {
+            if newer_wins(Some(version(slot.get())), version(&item)) {
+                slot.insert(item);
+            }
+        }
+    }
+}
+
 impl EdgeCountCounter {
     /// The newest counts per user in `records` (by version; the first of equal versions).
     pub fn newest(&self, records: &[RecordAndOffset]) -> Vec<EdgeCounts> {
@@ -55,10 +70,7 @@ impl EdgeCountCounter {
             match EdgeCountEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
                 Ok(e) if e.user_id > 0 && e.version > 0 && e.followings >= 0 && e.followers >= 0 => {
                     let c = EdgeCounts { user_id: e.user_id, followings: e.followings, followers: e.followers, version: e.version };
-                    let slot = newest.entry(e.user_id).or_insert(c);
-                    if newer_wins(Some(slot.version), c.version) {
-                        *slot = c;
-                    }
+                    keep_newest(&mut newest, e.user_id, c, |c| c.version);
                 }
                 _ => self.metrics.skipped.with_label_values(&["undecodable"]).inc(),
             }
@@ -109,10 +121,7 @@ impl FollowingsCounter {
             match RelationEvent::decode(r.record.value.as_deref().unwrap_or_default()) {
                 Ok(e) if e.follower_id > 0 && e.follower_followings_version > 0 && e.follower_followings >= 0 => {
                     let c = Followings { user_id: e.follower_id, followings: e.follower_followings, version: e.follower_followings_version };
-                    let slot = newest.entry(e.follower_id).or_insert(c);
-                    if newer_wins(Some(slot.version), c.version) {
-                        *slot = c;
-                    }
+                    keep_newest(&mut newest, e.follower_id, c, |c| c.version);
                 }
                 Ok(_) => self.metrics.skipped.with_label_values(&["uncounted"]).inc(),
                 Err(_) => self.metrics.skipped.with_label_values(&["undecodable"]).inc(),
