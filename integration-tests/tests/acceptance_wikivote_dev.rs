@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use sea_orm::ConnectionTrait;
 use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::verify::{VerifyOptions, verify, wait_caught_up};
@@ -38,8 +39,14 @@ async fn wiki_vote_loaded_into_socialgraph_dev_matches_the_file() -> anyhow::Res
     let start = Instant::now();
     let caught_up = wait_caught_up(&endpoints, Duration::from_secs(300)).await?;
     eprintln!("projection lag 0 after {:.1} s more ({:.1} s)", caught_up.waited_secs, start.elapsed().as_secs_f64());
-    // The log's offsets are outbox ids, which start at 1: one event per edge, all applied.
-    assert_eq!(caught_up.applied_records as u64, EDGES + 1, "next offset after {EDGES} events");
+    // The log's offsets are outbox ids: one relation event per edge, the projection past the
+    // last of them (its own follow-count events take the ids in between).
+    let log = socialgraph_storage::connect(&format!("sqlite://{}", dir.join("dev.sqlite").display()), 1).await?;
+    let sql = "SELECT COUNT(*), MAX(id) FROM outbox WHERE topic = 'sg.relation.v1'";
+    let row = log.query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, sql)).await?.expect("one row");
+    let (events, last): (i64, i64) = (row.try_get_by_index(0)?, row.try_get_by_index(1)?);
+    log.close().await?;
+    assert_eq!((events as u64, caught_up.applied_records), (EDGES, last + 1), "one event per edge, all applied");
 
     let opts = VerifyOptions { wait: Duration::from_secs(120), ..VerifyOptions::default() };
     let report = verify(&endpoints, &graph, &opts).await?;

@@ -2,8 +2,9 @@
 //! of cases (`socialgraph_domain::NEWER_WINS`). The Rust paths call the function; the paths that
 //! apply the rule where the data lives are checked here against the same table: the
 //! conditional upsert of the versioned copy tables on PostgreSQL, MariaDB and SQLite (alone, and
-//! behind the Rust check of the block and mute copies), and the Lua scripts of counter-svc's
-//! Redis that copy follow counts, followings and unread counts.
+//! behind the Rust check of the block and mute copies), the Lua scripts of counter-svc's Redis
+//! that copy follow counts, followings and unread counts, and the SQL of the embedded mode's
+//! counters that counter-svc's consumers write there.
 
 use std::time::Duration;
 
@@ -63,6 +64,57 @@ async fn the_versioned_copy_statements_follow_the_table_on_mariadb() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_versioned_copy_statements_follow_the_table_on_sqlite() -> anyhow::Result<()> {
     sql_paths(Backend::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_counter_statements_follow_the_table() -> anyhow::Result<()> {
+    use sea_orm::ConnectionTrait;
+    use sea_orm_migration::MigratorTrait;
+    use socialgraph_counter::consume::FollowCountStore;
+    let db = TestDb::create(Backend::Sqlite).await?;
+    socialgraph_migrations::EmbeddedMigrator::up(&db.conn, None).await?;
+    let counts = socialgraph_embedded::counters::SqlFollowCounts { db: db.conn.clone() };
+    let read = |user: i64| {
+        let conn = db.conn.clone();
+        async move {
+            let sql = format!("SELECT followings, followings_version, followers, followers_version FROM user_counter WHERE user_id = {user}");
+            let row = conn.query_one_raw(sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, sql)).await?.expect("the row exists");
+            Ok::<_, anyhow::Error>((
+                row.try_get_by_index::<i64>(0)?,
+                row.try_get_by_index::<i64>(1)?,
+                row.try_get_by_index::<i64>(2)?,
+                row.try_get_by_index::<i64>(3)?,
+            ))
+        }
+    };
+    let fail = |e| anyhow::anyhow!("{e}");
+    for (i, &(stored, incoming, applies)) in NEWER_WINS.iter().enumerate() {
+        let case = format!("stored {stored:?}, incoming {incoming}");
+        // Followers from projection events: no row yet, or one at `stored`.
+        let user = i as i64 + 1;
+        if let Some(s) = stored {
+            counts.sync_follow_counts(&[EdgeCounts { user_id: user, followings: 1, followers: 1, version: s }]).await.map_err(fail)?;
+        }
+        let written =
+            counts.sync_follow_counts(&[EdgeCounts { user_id: user, followings: 2, followers: 2, version: incoming }]).await.map_err(fail)?;
+        assert_eq!(written == 1, applies, "followers: {case}");
+        let (_, _, followers, version) = read(user).await?;
+        let expected = if applies { (2, incoming) } else { (1, stored.unwrap_or_default()) };
+        assert_eq!((followers, version), expected, "followers: {case}");
+
+        // Followings from relation events: a row without them, or one at `stored`.
+        let user = i as i64 + 1_000;
+        db.conn.execute_unprepared(&format!("INSERT INTO user_counter (user_id) VALUES ({user})")).await?;
+        if let Some(s) = stored {
+            counts.sync_followings(&[Followings { user_id: user, followings: 1, version: s }]).await.map_err(fail)?;
+        }
+        let written = counts.sync_followings(&[Followings { user_id: user, followings: 2, version: incoming }]).await.map_err(fail)?;
+        assert_eq!(written == 1, applies, "followings: {case}");
+        let (followings, version, _, _) = read(user).await?;
+        let expected = if applies { (2, incoming) } else { (1, stored.unwrap_or_default()) };
+        assert_eq!((followings, version), expected, "followings: {case}");
+    }
+    db.drop_db().await
 }
 
 fn store() -> anyhow::Result<Store> {

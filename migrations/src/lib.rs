@@ -31,6 +31,7 @@ mod m20261207_000002_create_message_account_seen;
 mod m20261207_000003_create_block_pairs;
 mod m20261207_000004_create_mute_versions;
 mod m20261207_000005_create_following_count;
+mod m20261207_000006_add_user_counter_versions;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -79,6 +80,7 @@ impl MigratorTrait for EmbeddedMigrator {
             Box::new(m20261201_000002_create_action_fact::Migration),
             Box::new(m20261201_000003_create_entity_counter::Migration),
             Box::new(m20261201_000004_create_following_followee_index::Migration),
+            Box::new(m20261207_000006_add_user_counter_versions::Migration),
         ]);
         all
     }

@@ -1,6 +1,7 @@
 //! `user_counter` (embedded mode only, [`crate::EmbeddedMigrator`]): one row per user with
 //! followings, followers, posts, likes and favourites received, and `guard_offset`, the last log
-//! offset (outbox id) its values reflect (−1: none yet).
+//! offset (outbox id) its values reflect (−1: none yet; dropped by
+//! `m20261207_000006_add_user_counter_versions`).
 use sea_orm_migration::prelude::*;
 
 #[derive(DeriveMigrationName)]

@@ -1,18 +1,19 @@
-//! Partition consumers: each owned partition is read by one task that fetches a batch, hands it
-//! to a [`BatchHandler`] (which applies it and stores the next offset atomically with its
-//! effects), and moves on. rskafka has no consumer groups, so ownership comes from config
-//! ([`Assignment`]) and positions from the handler's own store.
+//! Partition consumers: each owned partition is read by one task that fetches a batch from an
+//! [`EventLog`] (Kafka in the mesh, the outbox table in the embedded mode), hands it to a
+//! [`BatchHandler`] (which applies it and stores the next offset with its effects), and moves
+//! on. rskafka has no consumer groups, so ownership comes from config ([`Assignment`]) and
+//! positions from the handler's own store.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rskafka::client::Client;
-use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 use rskafka::record::RecordAndOffset;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
+
+use crate::log::{EventLog, FetchLimits, Fetched};
 
 /// Boxed error of a handler.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -114,6 +115,7 @@ pub struct ConsumerSettings {
     /// broker (tansu 0.6) never answers a fetch early, holds it for the whole wait even when it
     /// found records, and runs its fetch queries twice for any wait above 0. Apache Kafka
     /// answers as soon as records arrive, so 100–500 suits it and saves empty round trips.
+    /// The outbox log of the embedded mode returns as soon as a row commits.
     pub max_wait_ms: i32,
     /// Most bytes per fetch.
     pub max_bytes: i32,
@@ -151,8 +153,8 @@ impl Default for ConsumerSettings {
 /// in use again. An empty fetch also calls [`BatchHandler::idle`] (at most every
 /// [`IDLE_EVERY`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn run_partition<H: BatchHandler>(
-    client: Arc<Client>,
+pub async fn run_partition<L: EventLog, H: BatchHandler>(
+    log: Arc<L>,
     topic: String,
     partition: i32,
     handler: Arc<H>,
@@ -164,7 +166,7 @@ pub async fn run_partition<H: BatchHandler>(
     let key = (topic.clone(), partition);
     let mut failures = 0u32;
     while !cancel.is_cancelled() {
-        let result = consume(&client, &topic, partition, handler.as_ref(), &progress, &settings, &activity, &cancel).await;
+        let result = consume(log.as_ref(), &topic, partition, handler.as_ref(), &progress, &settings, &activity, &cancel).await;
         if let Err(e) = result {
             failures += 1;
             let wait = Duration::from_millis((50u64 << failures.min(6)).min(5_000));
@@ -178,8 +180,8 @@ pub async fn run_partition<H: BatchHandler>(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn consume<H: BatchHandler>(
-    client: &Client,
+async fn consume<L: EventLog, H: BatchHandler>(
+    log: &L,
     topic: &str,
     partition: i32,
     handler: &H,
@@ -188,12 +190,12 @@ async fn consume<H: BatchHandler>(
     activity: &Notify,
     cancel: &CancellationToken,
 ) -> Result<(), BoxError> {
-    let pc = client.partition_client(topic, partition, UnknownTopicHandling::Retry).await?;
     let stored = handler.load_offset(topic, partition).await?;
     let mut offset = match stored {
         Some(o) => o,
-        None => pc.get_offset(OffsetAt::Earliest).await?,
+        None => log.earliest(topic, partition).await?,
     };
+    let limits = FetchLimits { max_bytes: settings.max_bytes, max_wait_ms: settings.max_wait_ms };
     // What `idle` reports: the stored position (0 while nothing was ever stored).
     let mut done = stored.unwrap_or(0);
     let mut idle_called: Option<Instant> = None;
@@ -204,10 +206,10 @@ async fn consume<H: BatchHandler>(
     let deep_idle_after = Duration::from_millis(settings.deep_idle_after_ms);
     loop {
         let fetched = tokio::select! {
-            r = pc.fetch_records(offset, 1..settings.max_bytes, settings.max_wait_ms) => r?,
+            r = log.fetch(topic, partition, offset, limits) => r?,
             _ = cancel.cancelled() => return Ok(()),
         };
-        let (records, high_watermark) = fetched;
+        let Fetched { records, high_watermark } = fetched;
         let records: Vec<RecordAndOffset> = records.into_iter().filter(|r| r.offset >= offset).collect();
         {
             let mut map = progress.write().await;

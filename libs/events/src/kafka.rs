@@ -1,4 +1,5 @@
-//! rskafka client set-up, topic creation, and [`KafkaSink`], the relay's Kafka publisher.
+//! rskafka client set-up, topic creation, [`KafkaLog`] (the mesh's [`EventLog`]) and
+//! [`KafkaSink`], the relay's Kafka publisher.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use rskafka::record::Record;
 use socialgraph_storage::outbox::OutboxRow;
 use tokio::sync::Mutex;
 
+use crate::consumer::BoxError;
+use crate::log::{EventLog, FetchLimits, Fetched};
 use crate::relay::{EventSink, PublishOutcome};
 
 /// A Kafka failure, with the operation that failed.
@@ -66,11 +69,15 @@ pub async fn partition_count(client: &Client, topic: &str) -> Result<Option<i32>
     Ok(topics.into_iter().find(|t| t.name == topic).map(|t| t.partitions.len() as i32))
 }
 
-/// Produces keyed records: partition by Kafka's default partitioner on the key bytes, one
-/// Lz4-compressed request per partition (order kept within a partition), partitions in
-/// parallel. Topics are created on first use with `default_partitions` partitions.
-pub struct Producer {
-    client: Client,
+/// Kafka as the event log. Produces keyed records: partition by Kafka's default partitioner
+/// on the key bytes, one Lz4-compressed request per partition (order kept within a
+/// partition), partitions in parallel; fetches through one client per partition. Topics are
+/// created on first use with `default_partitions` partitions.
+pub struct KafkaLog {
+    /// Set at construction, or connected on first use ([`KafkaLog::connect_on_first_use`]).
+    client: tokio::sync::OnceCell<Client>,
+    /// Bootstrap brokers and request deadline of a connection on first use.
+    connect: (Vec<String>, Duration),
     default_partitions: i32,
     /// Partition count per topic, learnt on first use.
     topics: Mutex<HashMap<String, i32>>,
@@ -78,7 +85,7 @@ pub struct Producer {
     partitions: Mutex<HashMap<(String, i32), Arc<PartitionClient>>>,
 }
 
-/// What [`Producer::produce`] did with a batch of records.
+/// What [`KafkaLog::produce`] did with a batch of records.
 #[derive(Debug)]
 pub struct Produced {
     /// For each input record, in input order: whether the broker acknowledged it.
@@ -103,10 +110,22 @@ pub struct KeyedRecord {
     pub timestamp_ms: i64,
 }
 
-impl Producer {
-    /// A producer over `client`; topics it creates get `default_partitions` partitions.
+impl KafkaLog {
+    /// The log of `client`; topics it creates get `default_partitions` partitions.
     pub fn new(client: Client, default_partitions: i32) -> Self {
-        Self { client, default_partitions, topics: Mutex::default(), partitions: Mutex::default() }
+        let client = tokio::sync::OnceCell::new_with(Some(client));
+        Self { client, connect: (Vec::new(), Duration::ZERO), default_partitions, topics: Mutex::default(), partitions: Mutex::default() }
+    }
+
+    /// The log of `brokers`, connected on first use and again after a failed attempt: for a
+    /// service that starts while the broker is down and fails only the calls that need it.
+    pub fn connect_on_first_use(brokers: Vec<String>, request_deadline: Duration, default_partitions: i32) -> Self {
+        let connect = (brokers, request_deadline);
+        Self { client: tokio::sync::OnceCell::new(), connect, default_partitions, topics: Mutex::default(), partitions: Mutex::default() }
+    }
+
+    async fn client(&self) -> Result<&Client, KafkaError> {
+        self.client.get_or_try_init(|| connect(&self.connect.0, self.connect.1)).await
     }
 
     /// Partition count of `topic`, creating it if missing.
@@ -117,7 +136,7 @@ impl Producer {
         if let Some(n) = self.topics.lock().await.get(topic) {
             return Ok(*n);
         }
-        let n = ensure_topic(&self.client, topic, self.default_partitions).await?;
+        let n = ensure_topic(self.client().await?, topic, self.default_partitions).await?;
         self.topics.lock().await.insert(topic.to_owned(), n);
         Ok(n)
     }
@@ -154,7 +173,11 @@ impl Producer {
             return Ok(Arc::clone(c));
         }
         let c = Arc::new(
-            self.client.partition_client(topic, partition, UnknownTopicHandling::Retry).await.map_err(kerr(format!("open {topic}/{partition}")))?,
+            self.client()
+                .await?
+                .partition_client(topic, partition, UnknownTopicHandling::Retry)
+                .await
+                .map_err(kerr(format!("open {topic}/{partition}")))?,
         );
         self.partitions.lock().await.insert(key, Arc::clone(&c));
         Ok(c)
@@ -199,15 +222,47 @@ impl Producer {
     }
 }
 
-/// Publishes outbox rows through a [`Producer`]: key = `partition_key` as 8 bytes big-endian.
+impl EventLog for KafkaLog {
+    async fn append(&self, records: Vec<KeyedRecord>) -> Result<(), BoxError> {
+        let Produced { acked, error } = self.produce(records).await;
+        match error {
+            Some(e) => Err(e.into()),
+            None if acked.iter().all(|a| *a) => Ok(()),
+            None => Err("kafka acknowledged only some records".into()),
+        }
+    }
+
+    async fn partitions(&self, topic: &str) -> Result<i32, BoxError> {
+        Ok(self.topic_partitions(topic).await?)
+    }
+
+    async fn earliest(&self, topic: &str, partition: i32) -> Result<i64, BoxError> {
+        let pc = self.partition_client(topic, partition).await?;
+        Ok(pc.get_offset(rskafka::client::partition::OffsetAt::Earliest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?)
+    }
+
+    async fn high_watermark(&self, topic: &str, partition: i32) -> Result<i64, BoxError> {
+        let pc = self.partition_client(topic, partition).await?;
+        Ok(pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await.map_err(kerr(format!("offsets of {topic}/{partition}")))?)
+    }
+
+    async fn fetch(&self, topic: &str, partition: i32, from: i64, limits: FetchLimits) -> Result<Fetched, BoxError> {
+        let pc = self.partition_client(topic, partition).await?;
+        let (records, high_watermark) =
+            pc.fetch_records(from, 1..limits.max_bytes, limits.max_wait_ms).await.map_err(kerr(format!("fetch {topic}/{partition}")))?;
+        Ok(Fetched { records, high_watermark })
+    }
+}
+
+/// Publishes outbox rows through a [`KafkaLog`]: key = `partition_key` as 8 bytes big-endian.
 pub struct KafkaSink {
-    producer: Producer,
+    producer: KafkaLog,
 }
 
 impl KafkaSink {
     /// A sink over `client`; topics it creates get `default_partitions` partitions.
     pub fn new(client: Client, default_partitions: i32) -> Self {
-        Self { producer: Producer::new(client, default_partitions) }
+        Self { producer: KafkaLog::new(client, default_partitions) }
     }
 }
 

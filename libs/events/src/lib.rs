@@ -1,13 +1,19 @@
-//! The event flow of socialgraph: Kafka's default partitioner, record headers, topic set-up with
-//! rskafka, and the outbox relay that publishes committed outbox rows in order.
+//! The event flow of socialgraph: one log interface ([`EventLog`]) over Kafka and over the
+//! outbox table, the partition consumer every service and the embedded mode run on it, Kafka's
+//! default partitioner, record headers, topic set-up with rskafka, and the outbox relay that
+//! publishes committed outbox rows in order.
 
 pub mod consumer;
 pub mod headers;
 pub mod kafka;
+pub mod log;
+pub mod outbox_log;
 pub mod partition;
 pub mod relay;
 
-pub use kafka::{KafkaError, KafkaSink, KeyedRecord, Produced, Producer};
+pub use kafka::{KafkaError, KafkaLog, KafkaSink, KeyedRecord, Produced};
+pub use log::{EventLog, FetchLimits, Fetched};
+pub use outbox_log::OutboxLog;
 pub use partition::{kafka_partition, user_key};
 pub use relay::{EventSink, PublishOutcome, RelayConfig, RelayMetrics, run_relay};
 

@@ -14,6 +14,7 @@
 //! Offsets only say how far a consumer got; they are stored after the batch's writes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 use prometheus::{IntCounter, IntCounterVec};
 use prost::Message;
@@ -34,13 +35,78 @@ pub struct ConsumerMetrics {
     pub skipped: IntCounterVec,
 }
 
+impl ConsumerMetrics {
+    /// Registers `sg_counter_applied_total` and `sg_counter_skipped_total` in `registry`.
+    ///
+    /// # Errors
+    /// A metric of the same name is registered already.
+    pub fn register(registry: &prometheus::Registry) -> prometheus::Result<Self> {
+        let applied = IntCounter::new(
+            "sg_counter_applied_total",
+            "Counter copies that changed a value (follow counts, likes and favs received, unread counts)",
+        )?;
+        registry.register(Box::new(applied.clone()))?;
+        let skipped = IntCounterVec::new(prometheus::Opts::new("sg_counter_skipped_total", "Records skipped, by reason"), &["reason"])?;
+        registry.register(Box::new(skipped.clone()))?;
+        Ok(Self { applied, skipped })
+    }
+}
+
+/// Where the follow-count consumers keep the counts: Redis in counter-svc ([`Store`]), SQL
+/// tables beside the facts in the embedded mode. Either keeps the newest version of each count
+/// ([`newer_wins`]), so the consumers below are the one algorithm of both.
+pub trait FollowCountStore: Send + Sync + 'static {
+    /// The stored next offset of `consumer` on `topic`/`partition`.
+    fn load_offset(&self, consumer: &str, topic: &str, partition: i32) -> impl Future<Output = Result<Option<i64>, BoxError>> + Send;
+    /// Stores the next offset of `consumer` on `topic`/`partition`, after the batch's writes.
+    fn store_offset(
+        &self,
+        consumer: &str,
+        topic: &str,
+        partition: i32,
+        next: i64,
+        last_event_ms: Option<i64>,
+    ) -> impl Future<Output = Result<(), BoxError>> + Send;
+    /// Keeps each user's followings of a newer version than the stored one (relation-svc's
+    /// count); users without counters are left alone (their first read creates them). Returns
+    /// how many it wrote.
+    fn sync_followings(&self, counts: &[Followings]) -> impl Future<Output = Result<usize, BoxError>> + Send;
+    /// Keeps each user's followers of a newer version than the stored one (projection-svc's
+    /// count), and its followings only while no relation event brought them. Returns how many
+    /// it wrote.
+    fn sync_follow_counts(&self, counts: &[EdgeCounts]) -> impl Future<Output = Result<usize, BoxError>> + Send;
+}
+
+impl FollowCountStore for Store {
+    async fn load_offset(&self, consumer: &str, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
+        Ok(Store::load_offset(self, consumer, topic, partition).await?)
+    }
+
+    async fn store_offset(&self, consumer: &str, topic: &str, partition: i32, next: i64, _last_event_ms: Option<i64>) -> Result<(), BoxError> {
+        Ok(Store::store_offset(self, consumer, topic, partition, next).await?)
+    }
+
+    async fn sync_followings(&self, counts: &[Followings]) -> Result<usize, BoxError> {
+        Ok(Store::sync_followings(self, counts).await?)
+    }
+
+    async fn sync_follow_counts(&self, counts: &[EdgeCounts]) -> Result<usize, BoxError> {
+        Ok(self.sync_edges(counts, false).await?.iter().filter(|w| w.is_some()).count())
+    }
+}
+
+fn last_event_ms(records: &[RecordAndOffset]) -> Option<i64> {
+    records.last().map(|r| r.record.timestamp.timestamp_millis())
+}
+
 /// Followings and followers of each user, from projection-svc's `sg.edge_count.v1`: every event
 /// carries the user's absolute counts after a projection batch with the `edge_count` row's
-/// version, so the batch's newest event per user is copied and Redis keeps the newest version
-/// ([`Store::sync_edges`]). Nothing else is read: no call to projection-svc, no waiting for it.
-pub struct EdgeCountCounter {
-    /// Redis.
-    pub store: Store,
+/// version, so the batch's newest event per user is copied and the store keeps the newest
+/// version ([`FollowCountStore::sync_follow_counts`]). Nothing else is read: no call to
+/// projection-svc, no waiting for it.
+pub struct EdgeCountCounter<S = Store> {
+    /// Where the counts are kept.
+    pub store: S,
     /// Name of this consumer's offsets.
     pub consumer: String,
     /// Metrics.
@@ -62,7 +128,7 @@ fn keep_newest<T>(newest: &mut BTreeMap<i64, T>, user_id: i64, item: T, version:
     }
 }
 
-impl EdgeCountCounter {
+impl<S> EdgeCountCounter<S> {
     /// The newest counts per user in `records` (by version; the first of equal versions).
     pub fn newest(&self, records: &[RecordAndOffset]) -> Vec<EdgeCounts> {
         let mut newest: BTreeMap<i64, EdgeCounts> = BTreeMap::new();
@@ -79,9 +145,9 @@ impl EdgeCountCounter {
     }
 }
 
-impl BatchHandler for EdgeCountCounter {
+impl<S: FollowCountStore> BatchHandler for EdgeCountCounter<S> {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        Ok(self.store.load_offset(&self.consumer, topic, partition).await?)
+        self.store.load_offset(&self.consumer, topic, partition).await
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
@@ -89,10 +155,10 @@ impl BatchHandler for EdgeCountCounter {
         async {
             let counts = self.newest(records);
             if !counts.is_empty() {
-                let written = self.store.sync_edges(&counts, false).await?;
-                self.metrics.applied.inc_by(written.iter().filter(|w| w.is_some()).count() as u64);
+                let written = self.store.sync_follow_counts(&counts).await?;
+                self.metrics.applied.inc_by(written as u64);
             }
-            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            self.store.store_offset(&self.consumer, topic, partition, next_offset, last_event_ms(records)).await?;
             Ok(())
         }
         .instrument(span)
@@ -102,18 +168,19 @@ impl BatchHandler for EdgeCountCounter {
 
 /// Followings of each follower, from relation-svc's `sg.relation.v1`: every event carries the
 /// follower's absolute followings after the change with their per-user version, so the batch's
-/// newest per follower is copied and Redis keeps the newest version ([`Store::sync_followings`]).
-/// Fresh while projection-svc is down: nothing here waits for it.
-pub struct FollowingsCounter {
-    /// Redis.
-    pub store: Store,
+/// newest per follower is copied and the store keeps the newest version
+/// ([`FollowCountStore::sync_followings`]). Fresh while projection-svc is down: nothing here
+/// waits for it.
+pub struct FollowingsCounter<S = Store> {
+    /// Where the counts are kept.
+    pub store: S,
     /// Name of this consumer's offsets.
     pub consumer: String,
     /// Metrics.
     pub metrics: ConsumerMetrics,
 }
 
-impl FollowingsCounter {
+impl<S> FollowingsCounter<S> {
     /// The newest followings per follower in `records` (events without a count are skipped).
     pub fn newest(&self, records: &[RecordAndOffset]) -> Vec<Followings> {
         let mut newest: BTreeMap<i64, Followings> = BTreeMap::new();
@@ -131,9 +198,9 @@ impl FollowingsCounter {
     }
 }
 
-impl BatchHandler for FollowingsCounter {
+impl<S: FollowCountStore> BatchHandler for FollowingsCounter<S> {
     async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        Ok(self.store.load_offset(&self.consumer, topic, partition).await?)
+        self.store.load_offset(&self.consumer, topic, partition).await
     }
 
     async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
@@ -144,7 +211,7 @@ impl BatchHandler for FollowingsCounter {
                 let written = self.store.sync_followings(&counts).await?;
                 self.metrics.applied.inc_by(written as u64);
             }
-            self.store.store_offset(&self.consumer, topic, partition, next_offset).await?;
+            self.store.store_offset(&self.consumer, topic, partition, next_offset, last_event_ms(records)).await?;
             Ok(())
         }
         .instrument(span)

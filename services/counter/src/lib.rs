@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
 use socialgraph_events::consumer::{Progress, run_partition};
 use socialgraph_proto::counter::v1::counter_service_server::CounterServiceServer;
 use socialgraph_proto::message::v1::message_service_client::MessageServiceClient;
@@ -63,18 +63,9 @@ pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shut
         timeout,
     };
     let registry = Registry::new();
-    let skipped = IntCounterVec::new(Opts::new("sg_counter_skipped_total", "Records skipped, by reason"), &["reason"])?;
-    registry.register(Box::new(skipped.clone()))?;
+    let metrics = consume::ConsumerMetrics::register(&registry)?;
     let lag = IntGaugeVec::new(Opts::new("sg_counter_lag_records", "Records not yet applied"), &["topic", "partition"])?;
     registry.register(Box::new(lag.clone()))?;
-    let metrics = consume::ConsumerMetrics {
-        applied: counter(
-            &registry,
-            "sg_counter_applied_total",
-            "Counter copies that changed a value (follow counts, likes and favs received, unread counts)",
-        )?,
-        skipped,
-    };
     let channel = tonic::transport::Channel::from_shared(config.projection.url.clone()).context("projection.url")?.connect_lazy();
     let counters = Arc::new(users::Counters {
         store: store.clone(),
@@ -129,7 +120,7 @@ struct ConsumeCtx {
     /// Whether `kafka.message_topic` is consumed (`message.url` is set).
     consume_messages: bool,
     metrics: consume::ConsumerMetrics,
-    producer: Arc<tokio::sync::OnceCell<socialgraph_events::Producer>>,
+    producer: Arc<tokio::sync::OnceCell<socialgraph_events::KafkaLog>>,
     lag: IntGaugeVec,
     readiness: Readiness,
 }
@@ -149,11 +140,11 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     };
     match socialgraph_events::kafka::connect(&k.brokers, deadline).await {
         Ok(c) => {
-            let _ = ctx.producer.set(socialgraph_events::Producer::new(c, k.partitions));
+            let _ = ctx.producer.set(socialgraph_events::KafkaLog::new(c, k.partitions));
         }
         Err(e) => tracing::warn!(error = %e, "producer: kafka unavailable; like/fav events wait in their outboxes"),
     }
-    let client = Arc::new(client);
+    let log = Arc::new(socialgraph_events::KafkaLog::new(client, k.partitions));
     let progress = Progress::default();
     let edge_counts = Arc::new(consume::EdgeCountCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
     let followings = Arc::new(consume::FollowingsCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });
@@ -168,7 +159,7 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     for (t, n) in topics.iter().zip(&counts) {
         for p in ctx.config.consumer.partitions.partitions(*n) {
             owned.push((t.clone(), p));
-            let (c, prog, s, a, cc) = (Arc::clone(&client), progress.clone(), ctx.config.consumer.clone(), Arc::clone(&activity), cancel.clone());
+            let (c, prog, s, a, cc) = (Arc::clone(&log), progress.clone(), ctx.config.consumer.clone(), Arc::clone(&activity), cancel.clone());
             tasks.push(if t == &k.relation_topic {
                 tokio::spawn(run_partition(c, t.clone(), p, Arc::clone(&followings), prog, s, a, cc))
             } else if t == &k.edge_count_topic {

@@ -37,7 +37,7 @@ use std::time::Duration;
 use prometheus::IntCounter;
 use prost::Message;
 use redis::Value;
-use socialgraph_events::{KeyedRecord, Producer};
+use socialgraph_events::{KafkaLog, KeyedRecord};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
 use tokio::sync::{Notify, OnceCell};
@@ -100,7 +100,7 @@ pub struct Relay {
     /// Topic of action events.
     pub topic: String,
     /// Set once the broker is reachable.
-    pub producer: Arc<OnceCell<Producer>>,
+    pub producer: Arc<OnceCell<KafkaLog>>,
     /// Woken by toggles.
     pub wake: Arc<Notify>,
     /// How long an entity stays indexed after its last toggle.

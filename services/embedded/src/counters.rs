@@ -1,33 +1,34 @@
 //! Counters of the embedded mode in SQL tables, beside the facts they count.
 //!
-//! - `user_counter` — one row per user: followings, followers, posts, likes and favourites
-//!   received, and `guard_offset`, the last log offset (outbox id) its value reflects.
+//! - `user_counter` — one row per user: followings and followers with the version each was
+//!   copied at, posts, likes and favourites received.
 //! - `action_fact` — one row per (entity, metric, actor) that is active: the fact of "who
 //!   liked"; `owner_id` as given by the first toggle.
 //! - `entity_counter` — like and favourite counts per entity and a per-entity `seq` bumped by
 //!   every change (the ActionEvent's `sequence`).
 //!
-//! A toggle changes the fact, the entity's counts and writes its ActionEvent to the outbox in
-//! one transaction, so entity counts cannot drift. User counters are derived from the log
-//! ([`CounterLog`]) exactly as counter-svc derives them from Kafka: per user, only events
-//! beyond its guard apply, and the consumer's offset is stored in the same transaction. A
-//! rebuild counts the facts while holding SQLite's write lock, so they reflect exactly the
-//! outbox rows up to the newest id, and stores that id as the user's guard
-//! (docs/src/architecture/consistency.md#a-rebuild-agrees-with-the-log).
+//! Follow counts move by counter-svc's own consumers ([`EdgeCountCounter`](socialgraph_counter::consume::EdgeCountCounter),
+//! [`FollowingsCounter`](socialgraph_counter::consume::FollowingsCounter)) over [`SqlFollowCounts`]:
+//! the newest version of relation-svc's followings and of projection-svc's followers wins, as in
+//! Redis (docs/src/architecture/embedded.md#counters). A toggle changes the fact, the entity's
+//! counts, the owner's received count and writes its ActionEvent to the outbox in one
+//! transaction, so none of them can drift. A rebuild copies the counts from the facts in one
+//! transaction, with the versions of the source rows.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
-use rskafka::record::RecordAndOffset;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
-use socialgraph_cache::counters::{FIELDS, Sds, field};
+use socialgraph_cache::counters::{FIELDS, Sds};
 use socialgraph_counter::backend::CounterBackend;
+use socialgraph_counter::consume::FollowCountStore;
 use socialgraph_counter::entities::{FAV, LIKE, Toggled, action_event, entity_counts};
+use socialgraph_counter::store::{EdgeCounts, Followings};
 use socialgraph_domain::ConsistencyToken;
-use socialgraph_events::consumer::{BatchHandler, BoxError};
+use socialgraph_events::consumer::BoxError;
 use socialgraph_proto::counter::v1 as pb;
-use socialgraph_proto::events::v1::{ActionEvent, Metric, RelationEvent, RelationEventKind};
+use socialgraph_proto::events::v1::Metric;
 use socialgraph_server::ApiResult;
 use socialgraph_server::db_error;
 use socialgraph_storage::offsets::{self, StoredOffset};
@@ -63,12 +64,6 @@ where
         }
     })
     .await
-}
-
-/// The newest outbox id (the log position the facts reflect inside a write transaction);
-/// −1 when the log is empty.
-async fn log_position<C: ConnectionTrait>(conn: &C) -> Result<i64, DbErr> {
-    Ok(crate::log::high_watermark(conn, &[]).await? - 1)
 }
 
 async fn count<C: ConnectionTrait>(conn: &C, sql: &str, values: Vec<Value>) -> Result<i64, DbErr> {
@@ -112,23 +107,39 @@ impl SqlCounters {
         in_tx(&self.db, |txn| {
             Box::pin(async move {
                 // A write first: the transaction holds SQLite's write lock from here on, so the
-                // facts below and the newest outbox id are one consistent position.
+                // facts below and their versions are one consistent state.
                 txn.execute_raw(stmt("INSERT INTO user_counter (user_id) VALUES (?) ON CONFLICT (user_id) DO NOTHING", vec![user_id.into()])).await?;
-                let position = log_position(txn).await?;
-                let followings = count(txn, "SELECT COUNT(*) FROM following WHERE follower_id = ? AND state = 1", vec![user_id.into()]).await?;
+                // relation-svc's count of the user's edges and its version: the followings every
+                // relation event after this one carries, one version up.
+                let (followings, followings_version) = match socialgraph_storage::following_counts::get(txn, user_id).await? {
+                    Some(c) => (c.followings, c.version),
+                    None => (count(txn, "SELECT COUNT(*) FROM following WHERE follower_id = ? AND state = 1", vec![user_id.into()]).await?, 0),
+                };
+                // Followers from the edges themselves (exact for read-your-writes), stamped with
+                // the projection's version: its next count event is newer and replaces them.
                 let followers = count(txn, "SELECT COUNT(*) FROM following WHERE followee_id = ? AND state = 1", vec![user_id.into()]).await?;
+                let followers_version = count(txn, "SELECT version FROM edge_count WHERE user_id = ?", vec![user_id.into()]).await?;
                 let received = "SELECT COUNT(*) FROM action_fact WHERE owner_id = ? AND metric = ?";
                 let likes = count(txn, received, vec![user_id.into(), (LIKE as i32).into()]).await?;
                 let favs = count(txn, received, vec![user_id.into(), (FAV as i32).into()]).await?;
-                txn.execute_raw(stmt(
-                    "UPDATE user_counter SET followings = ?, followers = ?, likes_received = ?, favs_received = ?, guard_offset = ? WHERE user_id = ?",
-                    vec![followings.into(), followers.into(), likes.into(), favs.into(), position.into(), user_id.into()],
-                ))
-                .await?;
                 // Posts are kept by the feed's consumer with the `post` table in its transactions,
                 // so the table's live rows are the count at every commit.
                 let posts = count(txn, "SELECT COUNT(*) FROM post WHERE author_id = ? AND deleted = 0", vec![user_id.into()]).await?;
-                txn.execute_raw(stmt("UPDATE user_counter SET posts = ? WHERE user_id = ?", vec![posts.into(), user_id.into()])).await?;
+                txn.execute_raw(stmt(
+                    "UPDATE user_counter SET followings = ?, followings_version = ?, followers = ?, followers_version = ?, posts = ?, \
+                     likes_received = ?, favs_received = ? WHERE user_id = ?",
+                    vec![
+                        followings.into(),
+                        followings_version.into(),
+                        followers.into(),
+                        followers_version.into(),
+                        posts.into(),
+                        likes.into(),
+                        favs.into(),
+                        user_id.into(),
+                    ],
+                ))
+                .await?;
                 Ok(Sds([clamp(followings), clamp(followers), clamp(posts), clamp(likes), clamp(favs)]))
             })
         })
@@ -139,7 +150,7 @@ impl SqlCounters {
 #[tonic::async_trait]
 impl CounterBackend for SqlCounters {
     /// The write behind `token` is committed, so counting the facts now reflects it: each user's
-    /// counters are rebuilt (guarded by the newest log position, like every rebuild).
+    /// counters are rebuilt, stamped with the versions of the source rows they were counted at.
     async fn user_counters_after(&self, user_ids: &[i64], _token: ConsistencyToken) -> ApiResult<Vec<Sds>> {
         let mut out = Vec::with_capacity(user_ids.len());
         for u in user_ids {
@@ -212,6 +223,16 @@ impl CounterBackend for SqlCounters {
                     v,
                 ))
                 .await?;
+                // The owner's received count moves with the fact; an owner without counters gets
+                // them counted from the facts on first read.
+                if owner > 0 {
+                    let received = if metric == FAV { "favs_received" } else { "likes_received" };
+                    txn.execute_raw(stmt(
+                        &format!("UPDATE user_counter SET {received} = MAX(0, {received} + ?) WHERE user_id = ?"),
+                        vec![Value::from(delta), Value::from(owner)],
+                    ))
+                    .await?;
+                }
                 let seq = count(txn, "SELECT seq FROM entity_counter WHERE entity_type = ? AND entity_id = ?", key()).await?;
                 let now = crate::now_ms();
                 let (event, headers) = action_event(&entity, actor_id, owner, metric, delta as i32, seq, now);
@@ -317,97 +338,60 @@ impl CounterBackend for SqlCounters {
     }
 }
 
-/// One change of one user's counter: (offset, counter index, ±1).
-type Change = (i64, usize, i64);
-
-/// Derives user counters from the whole log (relation and action events), effectively-once.
-pub struct CounterLog {
+/// [`FollowCountStore`] on `user_counter`: counter-svc's follow-count consumers run on it in the
+/// embedded mode. Each batch is one transaction; the newer version wins as in Redis.
+pub struct SqlFollowCounts {
     /// The SQLite database.
     pub db: DatabaseConnection,
-    /// Name in `consumer_offset`.
-    pub consumer: String,
-    /// Topic of relation events.
-    pub relation_topic: String,
-    /// Topic of action events.
-    pub counter_topic: String,
 }
 
-impl CounterLog {
-    fn changes(&self, records: &[RecordAndOffset]) -> HashMap<i64, Vec<Change>> {
-        let mut changes: HashMap<i64, Vec<Change>> = HashMap::new();
-        for r in records {
-            let topic = r.record.headers.get("topic").map(|t| String::from_utf8_lossy(t).into_owned()).unwrap_or_default();
-            let payload = r.record.value.as_deref().unwrap_or_default();
-            if topic == self.relation_topic {
-                let Ok(e) = RelationEvent::decode(payload) else { continue };
-                let sign = if e.kind == RelationEventKind::Followed as i32 { 1 } else { -1 };
-                changes.entry(e.follower_id).or_default().push((r.offset, field::FOLLOWINGS, sign));
-                changes.entry(e.followee_id).or_default().push((r.offset, field::FOLLOWERS, sign));
-            } else if topic == self.counter_topic {
-                let Ok(e) = ActionEvent::decode(payload) else { continue };
-                if e.owner_id > 0 {
-                    let idx = if e.metric == FAV as i32 { field::FAVS_RECEIVED } else { field::LIKES_RECEIVED };
-                    changes.entry(e.owner_id).or_default().push((r.offset, idx, i64::from(e.delta.signum())));
-                }
-            }
-        }
-        changes
-    }
-}
+/// Copies followings of a newer version; a user without a row is left alone (its first read
+/// counts it from the facts).
+const SYNC_FOLLOWINGS: &str = "UPDATE user_counter SET followings = ?1, followings_version = ?2 WHERE user_id = ?3 AND followings_version < ?2";
 
-impl BatchHandler for CounterLog {
-    async fn load_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
-        Ok(offsets::next_offset(&self.db, &self.consumer, topic, partition).await?)
-    }
+/// Copies followers of a newer version (creating the row), and followings while no relation
+/// event brought them (their version is still 0).
+const SYNC_FOLLOW_COUNTS: &str = "INSERT INTO user_counter (user_id, followings, followers, followers_version) VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (user_id) DO UPDATE SET followers = excluded.followers, followers_version = excluded.followers_version, \
+     followings = CASE WHEN followings_version = 0 THEN excluded.followings ELSE followings END \
+     WHERE followers_version < excluded.followers_version";
 
-    async fn apply(&self, topic: &str, partition: i32, records: &[RecordAndOffset], next_offset: i64) -> Result<(), BoxError> {
-        let changes = Arc::new(self.changes(records));
-        let last_event_ms = records.last().map(|r| r.record.timestamp.timestamp_millis());
-        let (consumer, topic) = (self.consumer.clone(), topic.to_owned());
-        in_tx(&self.db, |txn| {
-            let (changes, consumer, topic) = (Arc::clone(&changes), consumer.clone(), topic.clone());
+impl SqlFollowCounts {
+    /// Runs `sql` once per value list in one transaction; returns how many rows it changed.
+    async fn sync(&self, sql: &'static str, rows: Vec<Vec<Value>>) -> Result<usize, BoxError> {
+        let rows = Arc::new(rows);
+        let written = in_tx(&self.db, |txn| {
+            let rows = Arc::clone(&rows);
             Box::pin(async move {
-                // The offset first: a write, so the guards read below cannot move under us.
-                let position = StoredOffset { partition, next_offset, last_event_ms };
-                offsets::store(txn, &consumer, &topic, position, crate::now_ms()).await?;
-                let users: Vec<i64> = changes.keys().copied().collect();
-                let mut guards: HashMap<i64, i64> = HashMap::new();
-                for chunk in users.chunks(CHUNK) {
-                    let sql = format!("SELECT user_id, guard_offset FROM user_counter WHERE user_id IN ({})", placeholders(chunk.len()));
-                    for r in txn.query_all_raw(stmt(&sql, chunk.iter().map(|u| Value::from(*u)).collect())).await? {
-                        guards.insert(r.try_get_by_index(0)?, r.try_get_by_index(1)?);
-                    }
+                let mut written = 0;
+                for values in rows.iter() {
+                    written += txn.execute_raw(stmt(sql, values.clone())).await?.rows_affected() as usize;
                 }
-                for (user, list) in changes.iter() {
-                    let guard = guards.get(user).copied().unwrap_or(-1);
-                    let mut delta = [0i64; FIELDS];
-                    for (offset, idx, sign) in list {
-                        if *offset > guard {
-                            delta[*idx] += sign;
-                        }
-                    }
-                    // Every touched user's guard moves to the batch's last offset, so a replay
-                    // of this batch (offsets deleted, or a crash before commit) applies nothing.
-                    let last = next_offset - 1;
-                    let mut v = vec![Value::from(*user)];
-                    v.extend(delta.iter().map(|d| Value::from((*d).max(0))));
-                    v.push(Value::from(last));
-                    v.extend(delta.iter().map(|d| Value::from(*d)));
-                    v.push(Value::from(last));
-                    txn.execute_raw(stmt(
-                        "INSERT INTO user_counter (user_id, followings, followers, posts, likes_received, favs_received, guard_offset) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET \
-                         followings = MIN(4294967295, MAX(0, followings + ?)), followers = MIN(4294967295, MAX(0, followers + ?)), \
-                         posts = MIN(4294967295, MAX(0, posts + ?)), likes_received = MIN(4294967295, MAX(0, likes_received + ?)), \
-                         favs_received = MIN(4294967295, MAX(0, favs_received + ?)), guard_offset = MAX(guard_offset, ?)",
-                        v,
-                    ))
-                    .await?;
-                }
-                Ok(())
+                Ok(written)
             })
         })
         .await?;
-        Ok(())
+        Ok(written)
+    }
+}
+
+impl FollowCountStore for SqlFollowCounts {
+    async fn load_offset(&self, consumer: &str, topic: &str, partition: i32) -> Result<Option<i64>, BoxError> {
+        Ok(offsets::next_offset(&self.db, consumer, topic, partition).await?)
+    }
+
+    async fn store_offset(&self, consumer: &str, topic: &str, partition: i32, next: i64, last_event_ms: Option<i64>) -> Result<(), BoxError> {
+        let position = StoredOffset { partition, next_offset: next, last_event_ms };
+        Ok(offsets::store(&self.db, consumer, topic, position, crate::now_ms()).await?)
+    }
+
+    async fn sync_followings(&self, counts: &[Followings]) -> Result<usize, BoxError> {
+        let rows = counts.iter().map(|c| vec![c.followings.into(), c.version.into(), c.user_id.into()]).collect();
+        self.sync(SYNC_FOLLOWINGS, rows).await
+    }
+
+    async fn sync_follow_counts(&self, counts: &[EdgeCounts]) -> Result<usize, BoxError> {
+        let rows = counts.iter().map(|c| vec![c.user_id.into(), c.followings.into(), c.followers.into(), c.version.into()]).collect();
+        self.sync(SYNC_FOLLOW_COUNTS, rows).await
     }
 }

@@ -7,12 +7,14 @@
 //!   relation events from the log instead of Kafka (offsets = outbox ids, one partition).
 //! - FeedService is projection-svc's feed: PublishPost/DeletePost append content events to the
 //!   log, its consumer and push worker run here, and it keeps the posts counter.
-//! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]).
+//! - CounterService is counter-svc's gRPC layer over counters in SQL tables ([`counters`]),
+//!   and counter-svc's follow-count consumers keep them from the relation and edge-count events.
 //! - MessageService is message-svc's own service on SQLite, without a relay: its events stay in
 //!   the log (live delivery reads them there); its consumer of the account events reads the log.
 //!
-//! State lives in the SQLite file and survives a restart; consumers resume from the offsets
-//! stored in `consumer_offset`.
+//! Every consumer is the mesh's own, on the mesh's consumer loop, over the outbox table as the
+//! log ([`socialgraph_events::OutboxLog`]). State lives in the SQLite file and survives a
+//! restart; consumers resume from the offsets stored in `consumer_offset`.
 
 pub mod counters;
 pub mod log;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sea_orm_migration::MigratorTrait;
 use secrecy::SecretString;
+use socialgraph_events::OutboxLog;
 use socialgraph_events::consumer::Progress;
 use socialgraph_proto::relation::v1::relation_service_client::RelationServiceClient;
 use socialgraph_server::stop::{join_within, within};
@@ -39,8 +42,6 @@ pub const PROJECTION_CONSUMER: &str = "projection";
 pub const COUNTER_CONSUMER: &str = "counter";
 /// See [`PROJECTION_CONSUMER`]: MessageService's consumer of the account events.
 pub const MESSAGE_CONSUMER: &str = "message";
-/// The log name under which the counter consumer stores its offset (it reads every topic).
-pub const WHOLE_LOG: &str = "outbox";
 
 /// Settings of the embedded mode.
 #[derive(Debug, Clone)]
@@ -146,6 +147,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     relation_config.auth.page_token_secret = config.page_token_secret.clone();
     let relation_topic = relation_config.kafka.relation_topic.clone();
     let counter_topic = socialgraph_events::COUNTER_TOPIC.to_owned();
+    let edge_count_topic = socialgraph_events::EDGE_COUNT_TOPIC.to_owned();
 
     let registry = prometheus::Registry::new();
 
@@ -173,47 +175,43 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let channel = tonic::transport::Channel::from_shared(format!("http://{relation_addr}"))?.connect_lazy();
     let projection_config = projection_config(&config, &relation_topic);
     let content_topic = socialgraph_events::CONTENT_TOPIC.to_owned();
-    let content_log = Arc::new(log::OutboxContentLog { db: db.clone(), topic: content_topic.clone(), wake: Arc::clone(&log_wake) });
+    let outbox_log = Arc::new(OutboxLog { db: db.clone(), wake: Arc::clone(&log_wake) });
+    let content_log = Arc::new(log::OutboxContentLog { log: Arc::clone(&outbox_log), topic: content_topic.clone() });
+    // The follow counts go to the log as in the mesh: counter-svc's consumer keeps them.
+    let count_log = socialgraph_projection::count_log::CountLog { topic: edge_count_topic.clone(), wake: Arc::clone(&log_wake) };
     let mut projection = socialgraph_projection::build(
         db.clone(),
         &projection_config,
         RelationServiceClient::new(channel),
         progress.clone(),
         None,
-        // Its counters read `edge_count` in the same database: no follow counts to publish.
-        socialgraph_projection::Logs { content: content_log, counts: None },
+        socialgraph_projection::Logs { content: content_log, counts: Some(Arc::new(count_log)) },
         &registry,
     )?;
     // The posts counter lives beside the posts here: the feed's consumer keeps it.
     projection.ingest = Arc::new(socialgraph_projection::feed::ingest::Ingest { feed: Arc::clone(&projection.feed), count_posts: true });
-    let content_loop = tokio::spawn(log::consume(
-        db.clone(),
-        content_topic.clone(),
-        vec![content_topic],
-        Arc::clone(&projection.ingest),
-        progress.clone(),
-        Arc::clone(&log_wake),
+    let content_loop = log::spawn(&outbox_log, &content_topic, Arc::clone(&projection.ingest), progress.clone(), &loops);
+    let fanout_loop = tokio::spawn(socialgraph_projection::feed::fanout::run(
+        Arc::clone(&projection.feed),
+        vec![socialgraph_events::outbox_log::PARTITION],
         loops.clone(),
     ));
-    let fanout_loop = tokio::spawn(socialgraph_projection::feed::fanout::run(Arc::clone(&projection.feed), vec![log::PARTITION], loops.clone()));
     let projector = Arc::clone(&projection.projector);
-    let projection_loop = tokio::spawn(log::consume(
-        db.clone(),
-        relation_topic.clone(),
-        vec![relation_topic.clone()],
-        projector,
-        progress.clone(),
-        Arc::clone(&log_wake),
-        loops.clone(),
-    ));
-    let counter_log = Arc::new(counters::CounterLog {
-        db: db.clone(),
+    let projection_loop = log::spawn(&outbox_log, &relation_topic, projector, progress.clone(), &loops);
+    let counter_metrics = socialgraph_counter::consume::ConsumerMetrics::register(&registry)?;
+    let follow_counts = || counters::SqlFollowCounts { db: db.clone() };
+    let followings = Arc::new(socialgraph_counter::consume::FollowingsCounter {
+        store: follow_counts(),
         consumer: COUNTER_CONSUMER.into(),
-        relation_topic: relation_topic.clone(),
-        counter_topic: counter_topic.clone(),
+        metrics: counter_metrics.clone(),
     });
-    let counter_loop =
-        tokio::spawn(log::consume(db.clone(), WHOLE_LOG.into(), Vec::new(), counter_log, Progress::default(), Arc::clone(&log_wake), loops.clone()));
+    let edge_counts = Arc::new(socialgraph_counter::consume::EdgeCountCounter {
+        store: follow_counts(),
+        consumer: COUNTER_CONSUMER.into(),
+        metrics: counter_metrics,
+    });
+    let followings_loop = log::spawn(&outbox_log, &relation_topic, followings, Progress::default(), &loops);
+    let edge_count_loop = log::spawn(&outbox_log, &edge_count_topic, edge_counts, Progress::default(), &loops);
     let backend = Arc::new(counters::SqlCounters { db: db.clone(), counter_topic, wake: Arc::clone(&log_wake) });
 
     let readiness = Readiness::default();
@@ -227,7 +225,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let mut message_config = socialgraph_message::Config::default();
     message_config.database.url = url.clone();
     message_config.auth.page_token_secret = config.page_token_secret.clone();
-    let message_log = Arc::new(log::MessageLog { db: db.clone(), topic: message_config.kafka.message_topic.clone() });
+    let message_log =
+        Arc::new(socialgraph_message::live::TopicLog { log: Arc::clone(&outbox_log), topic: message_config.kafka.message_topic.clone() });
     let streams = shutdown.child_token();
     let hub = socialgraph_message::live::Hub::new(message_log, message_config.subscribe.hub(), streams.clone());
     let hub_task = tokio::spawn(Arc::clone(&hub).run());
@@ -235,25 +234,9 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let messages = Arc::new(socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new())));
     // Accounts being deleted leave their conversations, as message-svc's consumer does in the mesh.
     let ender = Arc::new(socialgraph_message::accounts::AccountEnder { messages: Arc::clone(&messages), consumer: MESSAGE_CONSUMER.into() });
-    let account_loop = tokio::spawn(log::consume(
-        db.clone(),
-        account_topic.clone(),
-        vec![account_topic.clone()],
-        ender,
-        progress.clone(),
-        Arc::clone(&log_wake),
-        loops.clone(),
-    ));
+    let account_loop = log::spawn(&outbox_log, &account_topic, ender, progress.clone(), &loops);
     // Timelines leave out the mutes of the projection's copy, kept from the same account events.
-    let mute_loop = tokio::spawn(log::consume(
-        db.clone(),
-        account_topic.clone(),
-        vec![account_topic],
-        Arc::clone(&projection.mutes),
-        Progress::default(),
-        Arc::clone(&log_wake),
-        loops.clone(),
-    ));
+    let mute_loop = log::spawn(&outbox_log, &account_topic, Arc::clone(&projection.mutes), Progress::default(), &loops);
     let message_routes = socialgraph_message::routes(messages, hub);
     let serve = |routes, names: &'static [&'static str], long_running: &'static [&'static str], listener| {
         let serving = socialgraph_server::GrpcServing {
@@ -278,7 +261,8 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
         join_within("projection consumers", limit, projection_loop),
         join_within("content consumers", limit, content_loop),
         join_within("fan-out", limit, fanout_loop),
-        join_within("counter consumers", limit, counter_loop),
+        join_within("followings consumer", limit, followings_loop),
+        join_within("edge count consumer", limit, edge_count_loop),
         join_within("account consumer", limit, account_loop),
         join_within("mute copy consumer", limit, mute_loop),
         join_within("admin server", limit, admin),

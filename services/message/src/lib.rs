@@ -71,7 +71,10 @@ pub async fn run(config: Config, grpc: TcpListener, admin: TcpListener, shutdown
     let accounts_task = tokio::spawn(consume_accounts(config.clone(), Arc::clone(&messages), loops.clone()));
     // Subscribe streams end as soon as shutdown fires, so the drain does not wait on them.
     let streams = shutdown.child_token();
-    let hub = live::Hub::new(Arc::new(live::KafkaLog::new(config.kafka.clone())), config.subscribe.hub(), streams.clone());
+    let k = &config.kafka;
+    let kafka = socialgraph_events::KafkaLog::connect_on_first_use(k.brokers.clone(), Duration::from_millis(k.request_deadline_ms), k.partitions);
+    let message_log = live::TopicLog { log: Arc::new(kafka), topic: k.message_topic.clone() };
+    let hub = live::Hub::new(Arc::new(message_log), config.subscribe.hub(), streams.clone());
     let hub_task = tokio::spawn(Arc::clone(&hub).run());
     let readiness = Readiness::default();
     readiness.set(true);
@@ -103,13 +106,13 @@ async fn consume_accounts(config: Config, messages: Arc<service::Messages>, canc
     else {
         return;
     };
-    let (client, progress, activity) = (Arc::new(client), Progress::default(), Arc::new(Notify::new()));
+    let (log, progress, activity) = (Arc::new(socialgraph_events::KafkaLog::new(client, k.partitions)), Progress::default(), Arc::new(Notify::new()));
     let handler = Arc::new(accounts::AccountEnder { messages, consumer: config.database.consumer_name.clone() });
     let owned = config.consumer.partitions.partitions(counts.first().copied().unwrap_or(k.partitions));
     let tasks: Vec<_> = owned
         .into_iter()
         .map(|p| {
-            let (c, h, prog, a, cc) = (Arc::clone(&client), Arc::clone(&handler), progress.clone(), Arc::clone(&activity), cancel.clone());
+            let (c, h, prog, a, cc) = (Arc::clone(&log), Arc::clone(&handler), progress.clone(), Arc::clone(&activity), cancel.clone());
             tokio::spawn(run_partition(c, topic.clone(), p, h, prog, config.consumer.clone(), a, cc))
         })
         .collect();

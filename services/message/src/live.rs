@@ -10,22 +10,20 @@
 //! stream that subscribes meanwhile either receives the broadcast or finds the record behind the
 //! position it catches up to, and skips whichever copy comes second by offset.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rskafka::client::Client;
-use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
+use socialgraph_events::FetchLimits;
 use socialgraph_proto::events::v1::MessageEvent;
-use socialgraph_server::KafkaSettings;
-use tokio::sync::{OnceCell, broadcast};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// A failure of the log (the broker or the database behind it).
 pub type LogError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The message topic as a partitioned log.
+/// The message topic as live delivery reads it: one topic of the event log, object-safe for
+/// the [`Hub`]. Its one implementation is [`TopicLog`], over either log.
 #[tonic::async_trait]
 pub trait EventLog: Send + Sync + 'static {
     /// Partitions of the topic.
@@ -37,59 +35,32 @@ pub trait EventLog: Send + Sync + 'static {
     async fn bounds(&self, partition: i32) -> Result<(i64, i64), LogError>;
 }
 
-/// Kafka topic `kafka.message_topic`, connected on first use (message-svc starts while the
-/// broker is down; Subscribe is UNAVAILABLE until it answers).
-pub struct KafkaLog {
-    settings: KafkaSettings,
-    client: OnceCell<(Client, i32)>,
-    partitions: tokio::sync::Mutex<HashMap<i32, Arc<PartitionClient>>>,
+/// The message topic of a log of the one log interface ([`socialgraph_events::EventLog`]): Kafka
+/// in the mesh (connected on first use: message-svc starts while the broker is down, and
+/// Subscribe is UNAVAILABLE until it answers), the outbox table in the embedded mode.
+pub struct TopicLog<L> {
+    /// The log.
+    pub log: Arc<L>,
+    /// `kafka.message_topic`.
+    pub topic: String,
 }
 
-/// Most bytes of one fetch.
-const FETCH_BYTES: i32 = 1024 * 1024;
-
-impl KafkaLog {
-    /// The topic of `settings` (created with `settings.partitions` if missing).
-    pub fn new(settings: KafkaSettings) -> Self {
-        Self { settings, client: OnceCell::new(), partitions: Default::default() }
-    }
-
-    async fn client(&self) -> Result<&(Client, i32), LogError> {
-        self.client
-            .get_or_try_init(|| async {
-                let deadline = Duration::from_millis(self.settings.request_deadline_ms);
-                let client = socialgraph_events::kafka::connect(&self.settings.brokers, deadline).await?;
-                let n = socialgraph_events::kafka::ensure_topic(&client, &self.settings.message_topic, self.settings.partitions).await?;
-                Ok::<_, LogError>((client, n))
-            })
-            .await
-    }
-
-    async fn partition(&self, partition: i32) -> Result<Arc<PartitionClient>, LogError> {
-        if let Some(pc) = self.partitions.lock().await.get(&partition) {
-            return Ok(Arc::clone(pc));
-        }
-        let (client, _) = self.client().await?;
-        let pc = Arc::new(client.partition_client(self.settings.message_topic.as_str(), partition, UnknownTopicHandling::Retry).await?);
-        self.partitions.lock().await.insert(partition, Arc::clone(&pc));
-        Ok(pc)
-    }
-}
+/// Most bytes of one fetch, and its longest wait for records.
+const FETCH: FetchLimits = FetchLimits { max_bytes: 1024 * 1024, max_wait_ms: 5 };
 
 #[tonic::async_trait]
-impl EventLog for KafkaLog {
+impl<L: socialgraph_events::EventLog> EventLog for TopicLog<L> {
     async fn partitions(&self) -> Result<i32, LogError> {
-        Ok(self.client().await?.1)
+        self.log.partitions(&self.topic).await
     }
 
     async fn fetch(&self, partition: i32, from: i64) -> Result<Vec<(i64, Vec<u8>)>, LogError> {
-        let (records, _) = self.partition(partition).await?.fetch_records(from, 1..FETCH_BYTES, 5).await?;
-        Ok(records.into_iter().filter(|r| r.offset >= from).map(|r| (r.offset, r.record.value.unwrap_or_default())).collect())
+        let fetched = self.log.fetch(&self.topic, partition, from, FETCH).await?;
+        Ok(fetched.records.into_iter().filter(|r| r.offset >= from).map(|r| (r.offset, r.record.value.unwrap_or_default())).collect())
     }
 
     async fn bounds(&self, partition: i32) -> Result<(i64, i64), LogError> {
-        let pc = self.partition(partition).await?;
-        Ok((pc.get_offset(OffsetAt::Earliest).await?, pc.get_offset(OffsetAt::Latest).await?))
+        Ok((self.log.earliest(&self.topic, partition).await?, self.log.high_watermark(&self.topic, partition).await?))
     }
 }
 

@@ -234,7 +234,7 @@ async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: In
     else {
         return;
     };
-    let client = Arc::new(client);
+    let log = Arc::new(socialgraph_events::KafkaLog::new(client, config.kafka.partitions));
     let mut owned_all = Vec::new();
     let mut tasks = Vec::new();
     let activity = Arc::new(tokio::sync::Notify::new());
@@ -253,7 +253,7 @@ async fn consume(config: Config, handlers: Handlers, progress: Progress, lag: In
         tracing::info!(topic, ?owned, "consuming");
         for p in owned.iter().copied() {
             let (c, t, prog, s, a, cc) =
-                (Arc::clone(&client), topic.to_string(), progress.clone(), config.consumer.clone(), Arc::clone(&activity), cancel.clone());
+                (Arc::clone(&log), topic.to_string(), progress.clone(), config.consumer.clone(), Arc::clone(&activity), cancel.clone());
             tasks.push(match i {
                 0 => tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.projector), prog, s, a, cc)),
                 1 => tokio::spawn(run_partition(c, t, p, Arc::clone(&handlers.ingest), prog, s, a, cc)),

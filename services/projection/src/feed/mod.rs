@@ -148,7 +148,7 @@ impl KafkaContentLog {
 }
 
 async fn produce_loop(brokers: Vec<String>, topic: String, partitions: i32, deadline: Duration, mut rx: tokio::sync::mpsc::Receiver<PendingAppend>) {
-    let producer: OnceCell<socialgraph_events::kafka::Producer> = OnceCell::new();
+    let producer: OnceCell<socialgraph_events::kafka::KafkaLog> = OnceCell::new();
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_PRODUCE_BATCH {
@@ -160,7 +160,7 @@ async fn produce_loop(brokers: Vec<String>, topic: String, partitions: i32, dead
         let connected = producer
             .get_or_try_init(|| async {
                 let client = socialgraph_events::kafka::connect(&brokers, deadline).await?;
-                Ok::<_, socialgraph_events::kafka::KafkaError>(socialgraph_events::kafka::Producer::new(client, partitions))
+                Ok::<_, socialgraph_events::kafka::KafkaError>(socialgraph_events::kafka::KafkaLog::new(client, partitions))
             })
             .await;
         let (records, waiters): (Vec<_>, Vec<_>) =
