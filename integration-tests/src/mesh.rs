@@ -7,6 +7,20 @@ use socialgraph_testkit::{Backend, TestDb};
 
 use crate::*;
 
+/// RPCs `svc` served (of `method`, or of every method), from its metrics.
+///
+/// # Errors
+/// The admin endpoint did not answer.
+pub async fn rpcs_served(svc: &Svc, method: Option<&str>) -> anyhow::Result<f64> {
+    let text = svc.metrics().await?;
+    let wanted = method.map(|m| format!("grpc_method=\"{m}\""));
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_started_total") && wanted.as_ref().is_none_or(|w| l.contains(w.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 /// The account topic of a test mesh whose relation topic is `relation_topic` (each mesh has its
 /// own, so one test's account deletions never reach another's message-svc).
 pub fn account_topic_of(relation_topic: &str) -> String {

@@ -138,17 +138,6 @@ async fn followings_from_relation_events_win_by_their_own_version() -> anyhow::R
     Ok(())
 }
 
-/// RPCs projection-svc served of `method`, from its metrics.
-async fn served(projection: &Svc, method: &str) -> anyhow::Result<f64> {
-    let text = projection.metrics().await?;
-    let wanted = format!("grpc_method=\"{method}\"");
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("grpc_server_started_total") && l.contains(&wanted))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
-}
-
 async fn follow_ring(m: &Mesh, users: i64, round: i64) -> anyhow::Result<()> {
     let mut rc = m.relation.client().await?;
     for u in 1..=users {
@@ -182,7 +171,7 @@ async fn counts_from_events_alone(backend: Backend) -> anyhow::Result<()> {
     m.settle(SETTLE).await?;
     // Before any read of the counters (a read of a missing one may ask projection-svc, which
     // is the API's job): the consumer itself asked nothing.
-    assert_eq!(served(&m.projection, "BatchGetEdgeCounts").await?, 0.0, "counter-svc's consumer calls no projection-svc RPC");
+    assert_eq!(rpcs_served(&m.projection, Some("BatchGetEdgeCounts")).await?, 0.0, "counter-svc's consumer calls no projection-svc RPC");
     m.assert_views_exact(&users, SETTLE).await?;
 
     // projection-svc stopped while follows go on: counter-svc keeps serving every read.

@@ -13,7 +13,7 @@ use socialgraph_cli::commands::progress_bar;
 use socialgraph_cli::load::{LoadOptions, load_follows};
 use socialgraph_cli::verify::{VerifyOptions, verify};
 use socialgraph_cli::{EdgeFileOptions, EdgeFormat, Endpoints, FollowGraph, read_follow_file};
-use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh};
+use socialgraph_integration_tests::{ADMIN_TOKEN, Mesh, rpcs_served};
 use socialgraph_testkit::{Backend, TestDb};
 
 use crate::ImportArgs;
@@ -37,6 +37,7 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     let mesh = Mesh::start(&socialgraph_testkit::redis_url()).await?;
     let endpoints = endpoints(&mesh);
     let cpu = Cpu::with_postgres();
+    let peer_rpcs = rpcs_served(&mesh.projection, None).await?;
     let summary = load_follows(&endpoints, &graph, LoadOptions::default(), &progress_bar(false, "edges")).await?;
     let end = Instant::now();
     let cpu = Cpu::with_postgres().since(&cpu);
@@ -45,6 +46,9 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
     mesh.settle(CATCH_UP).await?;
     let lag0 = end.elapsed().as_secs_f64();
     let catch_up = Cpu::with_postgres().since(&catch_up);
+    // From the import's start to lag 0 nobody but counter-svc's consumers could call
+    // projection-svc (nothing reads): what they asked of it per 1,000 relation events.
+    let peer_rpcs = (rpcs_served(&mesh.projection, None).await? - peer_rpcs) * 1000.0 / summary.edges_loaded.max(1) as f64;
     progress("reading every user's counters until all agree with the file");
     let opts = VerifyOptions { sample_users: 0, sample_pairs: 0, wait: CATCH_UP, ..VerifyOptions::default() };
     let report = verify(&endpoints, &graph, &opts).await?;
@@ -77,6 +81,7 @@ pub(crate) async fn run(a: &ImportArgs) -> anyhow::Result<()> {
             row("edges/s, broker stopped for the import", held.edges_per_sec, copy_rate, "/s"),
             row("import end -> outbox empty, every lag 0", lag0, 0.0, "s"),
             row("import end -> every counter right", correct, 0.0, "s"),
+            row("counter-svc RPCs to projection-svc per 1,000 events, import start -> lag 0", peer_rpcs, 0.0, ""),
         ],
         &[
             format!(

@@ -32,7 +32,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::{Deserialize, Serialize};
 use socialgraph_proto::events::v1::ContentEvent;
 use socialgraph_server::ApiError;
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::Notify;
 
 /// Full gRPC name of the service.
 pub const SERVICE_NAME: &str = "socialgraph.feed.v1.FeedService";
@@ -148,7 +148,8 @@ impl KafkaContentLog {
 }
 
 async fn produce_loop(brokers: Vec<String>, topic: String, partitions: i32, deadline: Duration, mut rx: tokio::sync::mpsc::Receiver<PendingAppend>) {
-    let producer: OnceCell<socialgraph_events::kafka::KafkaLog> = OnceCell::new();
+    // Connected on first use, and again after a failed attempt.
+    let log = socialgraph_events::kafka::KafkaLog::connect_on_first_use(brokers, deadline, partitions);
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_PRODUCE_BATCH {
@@ -157,27 +158,12 @@ async fn produce_loop(brokers: Vec<String>, topic: String, partitions: i32, dead
                 Err(_) => break,
             }
         }
-        let connected = producer
-            .get_or_try_init(|| async {
-                let client = socialgraph_events::kafka::connect(&brokers, deadline).await?;
-                Ok::<_, socialgraph_events::kafka::KafkaError>(socialgraph_events::kafka::KafkaLog::new(client, partitions))
-            })
-            .await;
         let (records, waiters): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|p| (socialgraph_events::kafka::KeyedRecord { topic: topic.clone(), ..p.record }, p.done)).unzip();
-        let acked = match connected {
-            Ok(p) => {
-                let Produced { acked, error } = p.produce(records).await;
-                if let Some(e) = error {
-                    tracing::warn!(topic, error = %e, "content events not produced");
-                }
-                acked
-            }
-            Err(e) => {
-                tracing::warn!(topic, error = %e, "the broker is unreachable; content events not produced");
-                vec![false; waiters.len()]
-            }
-        };
+        let Produced { acked, error } = log.produce(records).await;
+        if let Some(e) = error {
+            tracing::warn!(topic, error = %e, "content events not produced");
+        }
         for (done, ok) in waiters.into_iter().zip(acked) {
             let _ = done.send(ok);
         }
