@@ -90,8 +90,9 @@ async fn the_embedded_counter_statements_follow_the_table() -> anyhow::Result<()
     let fail = |e| anyhow::anyhow!("{e}");
     for (i, &(stored, incoming, applies)) in NEWER_WINS.iter().enumerate() {
         let case = format!("stored {stored:?}, incoming {incoming}");
-        // Followers from projection events: no row yet, or one at `stored`.
+        // Followers from projection events: a row without them, or one at `stored`.
         let user = i as i64 + 1;
+        db.conn.execute_unprepared(&format!("INSERT INTO user_counter (user_id) VALUES ({user})")).await?;
         if let Some(s) = stored {
             counts.sync_follow_counts(&[EdgeCounts { user_id: user, followings: 1, followers: 1, version: s }]).await.map_err(fail)?;
         }

@@ -32,6 +32,7 @@ mod m20261207_000003_create_block_pairs;
 mod m20261207_000004_create_mute_versions;
 mod m20261207_000005_create_following_count;
 mod m20261207_000006_add_user_counter_versions;
+mod m20261207_000007_create_outbox_topic_index;
 
 /// The ordered list of socialgraph migrations.
 pub struct Migrator;
@@ -64,8 +65,9 @@ impl MigratorTrait for Migrator {
 
 /// The ordered list of the embedded mode's migrations: every [`Migrator`] migration, in order,
 /// followed by the embedded mode's own tables (`user_counter`, `action_fact`,
-/// `entity_counter`: its counters in SQL beside the facts) and its index of `following` by
-/// followee. Run it only on the embedded mode's SQLite file: the distributed PostgreSQL and
+/// `entity_counter`: its counters in SQL beside the facts), its index of `following` by
+/// followee and its index of the outbox by topic (the outbox is its log). Run it only on the
+/// embedded mode's SQLite file: the distributed PostgreSQL and
 /// MySQL/MariaDB databases run [`Migrator`] and must not get these tables. Its creates are `IF
 /// NOT EXISTS`, so a file whose tables an older version made without recording migrations
 /// takes them as done.
@@ -81,6 +83,7 @@ impl MigratorTrait for EmbeddedMigrator {
             Box::new(m20261201_000003_create_entity_counter::Migration),
             Box::new(m20261201_000004_create_following_followee_index::Migration),
             Box::new(m20261207_000006_add_user_counter_versions::Migration),
+            Box::new(m20261207_000007_create_outbox_topic_index::Migration),
         ]);
         all
     }

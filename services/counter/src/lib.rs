@@ -76,13 +76,16 @@ pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shut
         check_slots: Arc::new(tokio::sync::Semaphore::new(users::CHECK_SLOTS)),
         resting: users::resting_cache(config.counters.check_interval_secs),
     });
-    let producer = Arc::new(tokio::sync::OnceCell::new());
+    // Connected on first use and again after a failed attempt: like/fav events wait in their
+    // outboxes while the broker is down.
+    let deadline = Duration::from_millis(config.kafka.request_deadline_ms);
+    let producer = Arc::new(socialgraph_events::KafkaLog::connect_on_first_use(config.kafka.brokers.clone(), deadline, config.kafka.partitions));
     let relay_wake = Arc::new(tokio::sync::Notify::new());
     let entities = Arc::new(entities::Entities { store: store.clone(), relay_wake: Arc::clone(&relay_wake) });
     let relay = outbox::Relay {
         store: store.clone(),
         topic: config.kafka.counter_topic.clone(),
-        producer: Arc::clone(&producer),
+        producer,
         wake: relay_wake,
         quiet_ms: config.counters.relay_quiet_ms as i64,
         published: counter(&registry, "sg_action_events_published_total", "Like/fav outbox events the broker acknowledged")?,
@@ -97,7 +100,7 @@ pub async fn run(mut config: Config, grpc: TcpListener, admin: TcpListener, shut
         "" => None,
         url => Some(MessageServiceClient::new(tonic::transport::Channel::from_shared(url.to_owned()).context("message.url")?.connect_lazy())),
     };
-    let ctx = ConsumeCtx { config: config.clone(), store, consume_messages: message.is_some(), metrics, producer, lag, readiness: readiness.clone() };
+    let ctx = ConsumeCtx { config: config.clone(), store, consume_messages: message.is_some(), metrics, lag, readiness: readiness.clone() };
     let consumers = tokio::spawn(consume_all(ctx, loops.clone()));
     let relay_task = tokio::spawn(relay.run(loops.clone()));
     let serving = socialgraph_server::GrpcServing::new(&[SERVICE_NAME], &[], &config.server, readiness.clone(), &registry)?;
@@ -120,7 +123,6 @@ struct ConsumeCtx {
     /// Whether `kafka.message_topic` is consumed (`message.url` is set).
     consume_messages: bool,
     metrics: consume::ConsumerMetrics,
-    producer: Arc<tokio::sync::OnceCell<socialgraph_events::KafkaLog>>,
     lag: IntGaugeVec,
     readiness: Readiness,
 }
@@ -138,12 +140,6 @@ async fn consume_all(ctx: ConsumeCtx, cancel: CancellationToken) {
     let Some((client, counts)) = socialgraph_events::kafka::connect_until_ready(&k.brokers, deadline, &names, k.partitions, &cancel).await else {
         return;
     };
-    match socialgraph_events::kafka::connect(&k.brokers, deadline).await {
-        Ok(c) => {
-            let _ = ctx.producer.set(socialgraph_events::KafkaLog::new(c, k.partitions));
-        }
-        Err(e) => tracing::warn!(error = %e, "producer: kafka unavailable; like/fav events wait in their outboxes"),
-    }
     let log = Arc::new(socialgraph_events::KafkaLog::new(client, k.partitions));
     let progress = Progress::default();
     let edge_counts = Arc::new(consume::EdgeCountCounter { store: ctx.store.clone(), consumer: CONSUMER.into(), metrics: ctx.metrics.clone() });

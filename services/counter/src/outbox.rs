@@ -40,7 +40,7 @@ use redis::Value;
 use socialgraph_events::{KafkaLog, KeyedRecord};
 use socialgraph_proto::counter::v1 as pb;
 use socialgraph_proto::events::v1::Metric;
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -99,8 +99,8 @@ pub struct Relay {
     pub store: Store,
     /// Topic of action events.
     pub topic: String,
-    /// Set once the broker is reachable.
-    pub producer: Arc<OnceCell<KafkaLog>>,
+    /// The broker (connected on first use).
+    pub producer: Arc<KafkaLog>,
     /// Woken by toggles.
     pub wake: Arc<Notify>,
     /// How long an entity stays indexed after its last toggle.
@@ -190,9 +190,7 @@ impl Relay {
             }
         }
         if !records.is_empty() {
-            let Some(producer) = self.producer.get() else {
-                return Err("the broker is not connected yet".into());
-            };
+            let producer = &self.producer;
             let n = records.len();
             let span = tracing::info_span!("relay", otel.name = "counter.relay.publish", otel.kind = "producer", messaging.batch.message_count = n);
             socialgraph_telemetry::adopt_records(&span, records.iter().map(|r| &r.headers));

@@ -12,8 +12,9 @@
 //! the newest version of relation-svc's followings and of projection-svc's followers wins, as in
 //! Redis (docs/src/architecture/embedded.md#counters). A toggle changes the fact, the entity's
 //! counts, the owner's received count and writes its ActionEvent to the outbox in one
-//! transaction, so none of them can drift. A rebuild copies the counts from the facts in one
-//! transaction, with the versions of the source rows.
+//! transaction, so none of them can drift. A user's row is created only by a rebuild (its first
+//! read), which counts every counter from the facts in one transaction, each follow count with
+//! the version of the row it comes from; every other writer updates rows that exist.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,7 +81,7 @@ pub struct SqlCounters {
     pub db: DatabaseConnection,
     /// Topic name of action events in the log.
     pub counter_topic: String,
-    /// Wakes the log readers after a toggle commits.
+    /// Woken after a toggle commits (the embedded mode forwards it to every log reader).
     pub wake: Arc<Notify>,
 }
 
@@ -103,22 +104,27 @@ impl SqlCounters {
         Ok(out)
     }
 
-    async fn rebuild(&self, user_id: i64) -> Result<Sds, DbErr> {
+    /// Counts one user's counters from the facts in one transaction and stores them, each follow
+    /// count with the version of the row it comes from. Returns what it stored, and the followers
+    /// counted from the edges themselves (ahead of the projection's count while it catches up).
+    async fn rebuild(&self, user_id: i64) -> Result<(Sds, i64), DbErr> {
         in_tx(&self.db, |txn| {
             Box::pin(async move {
                 // A write first: the transaction holds SQLite's write lock from here on, so the
                 // facts below and their versions are one consistent state.
                 txn.execute_raw(stmt("INSERT INTO user_counter (user_id) VALUES (?) ON CONFLICT (user_id) DO NOTHING", vec![user_id.into()])).await?;
-                // relation-svc's count of the user's edges and its version: the followings every
-                // relation event after this one carries, one version up.
+                let edges = |side: &str| format!("SELECT COUNT(*) FROM following WHERE {side} = ? AND state = 1");
+                // Each count with the version of its own row: relation-svc's `following_count`
+                // and projection-svc's `edge_count`, whose next events are one version up.
                 let (followings, followings_version) = match socialgraph_storage::following_counts::get(txn, user_id).await? {
                     Some(c) => (c.followings, c.version),
-                    None => (count(txn, "SELECT COUNT(*) FROM following WHERE follower_id = ? AND state = 1", vec![user_id.into()]).await?, 0),
+                    None => (count(txn, &edges("follower_id"), vec![user_id.into()]).await?, 0),
                 };
-                // Followers from the edges themselves (exact for read-your-writes), stamped with
-                // the projection's version: its next count event is newer and replaces them.
-                let followers = count(txn, "SELECT COUNT(*) FROM following WHERE followee_id = ? AND state = 1", vec![user_id.into()]).await?;
-                let followers_version = count(txn, "SELECT version FROM edge_count WHERE user_id = ?", vec![user_id.into()]).await?;
+                let edge_followers = count(txn, &edges("followee_id"), vec![user_id.into()]).await?;
+                let (followers, followers_version) = match socialgraph_storage::counts::get_many(txn, &[user_id]).await?.first() {
+                    Some(c) => (c.followers, c.version),
+                    None => (edge_followers, 0),
+                };
                 let received = "SELECT COUNT(*) FROM action_fact WHERE owner_id = ? AND metric = ?";
                 let likes = count(txn, received, vec![user_id.into(), (LIKE as i32).into()]).await?;
                 let favs = count(txn, received, vec![user_id.into(), (FAV as i32).into()]).await?;
@@ -140,7 +146,7 @@ impl SqlCounters {
                     ],
                 ))
                 .await?;
-                Ok(Sds([clamp(followings), clamp(followers), clamp(posts), clamp(likes), clamp(favs)]))
+                Ok((Sds([clamp(followings), clamp(followers), clamp(posts), clamp(likes), clamp(favs)]), edge_followers))
             })
         })
         .await
@@ -150,11 +156,14 @@ impl SqlCounters {
 #[tonic::async_trait]
 impl CounterBackend for SqlCounters {
     /// The write behind `token` is committed, so counting the facts now reflects it: each user's
-    /// counters are rebuilt, stamped with the versions of the source rows they were counted at.
+    /// counters are rebuilt, and the answer carries the followers counted from the edges (the
+    /// stored copy keeps the projection's count with its version, which its next event moves).
     async fn user_counters_after(&self, user_ids: &[i64], _token: ConsistencyToken) -> ApiResult<Vec<Sds>> {
         let mut out = Vec::with_capacity(user_ids.len());
         for u in user_ids {
-            out.push(self.rebuild(*u).await.map_err(db_error)?);
+            let (mut s, edge_followers) = self.rebuild(*u).await.map_err(db_error)?;
+            s.0[socialgraph_cache::counters::field::FOLLOWERS] = clamp(edge_followers);
+            out.push(s);
         }
         Ok(out)
     }
@@ -167,7 +176,7 @@ impl CounterBackend for SqlCounters {
                 Some(s) => *s,
                 // No row yet: build it from the facts (and remember it for repeats in the batch).
                 None => {
-                    let s = self.rebuild(*u).await.map_err(db_error)?;
+                    let (s, _) = self.rebuild(*u).await.map_err(db_error)?;
                     found.insert(*u, s);
                     s
                 }
@@ -178,7 +187,7 @@ impl CounterBackend for SqlCounters {
     }
 
     async fn rebuild_user_counters(&self, user_id: i64) -> ApiResult<Sds> {
-        self.rebuild(user_id).await.map_err(db_error)
+        Ok(self.rebuild(user_id).await.map_err(db_error)?.0)
     }
 
     async fn toggle(&self, actor_id: i64, entity: &pb::EntityRef, owner_id: i64, metric: Metric, wanted: bool) -> ApiResult<Toggled> {
@@ -345,16 +354,14 @@ pub struct SqlFollowCounts {
     pub db: DatabaseConnection,
 }
 
-/// Copies followings of a newer version; a user without a row is left alone (its first read
-/// counts it from the facts).
+/// Copies followings of a newer version. A user without a row is left alone: rows are created
+/// only by a read counting every counter from the facts, so none starts at a false 0.
 const SYNC_FOLLOWINGS: &str = "UPDATE user_counter SET followings = ?1, followings_version = ?2 WHERE user_id = ?3 AND followings_version < ?2";
 
-/// Copies followers of a newer version (creating the row), and followings while no relation
-/// event brought them (their version is still 0).
-const SYNC_FOLLOW_COUNTS: &str = "INSERT INTO user_counter (user_id, followings, followers, followers_version) VALUES (?1, ?2, ?3, ?4) \
-     ON CONFLICT (user_id) DO UPDATE SET followers = excluded.followers, followers_version = excluded.followers_version, \
-     followings = CASE WHEN followings_version = 0 THEN excluded.followings ELSE followings END \
-     WHERE followers_version < excluded.followers_version";
+/// Copies followers of a newer version, and followings while no relation event brought them
+/// (their version is still 0); a user without a row is left alone, as above.
+const SYNC_FOLLOW_COUNTS: &str = "UPDATE user_counter SET followers = ?2, followers_version = ?3, \
+     followings = CASE WHEN followings_version = 0 THEN ?1 ELSE followings END WHERE user_id = ?4 AND followers_version < ?3";
 
 impl SqlFollowCounts {
     /// Runs `sql` once per value list in one transaction; returns how many rows it changed.
@@ -391,7 +398,7 @@ impl FollowCountStore for SqlFollowCounts {
     }
 
     async fn sync_follow_counts(&self, counts: &[EdgeCounts]) -> Result<usize, BoxError> {
-        let rows = counts.iter().map(|c| vec![c.user_id.into(), c.followings.into(), c.followers.into(), c.version.into()]).collect();
+        let rows = counts.iter().map(|c| vec![c.followings.into(), c.followers.into(), c.version.into(), c.user_id.into()]).collect();
         self.sync(SYNC_FOLLOW_COUNTS, rows).await
     }
 }

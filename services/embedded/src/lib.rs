@@ -151,19 +151,20 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
 
     let registry = prometheus::Registry::new();
 
-    // Commits of the relation service wake both log readers.
-    let relation_wake = Arc::new(Notify::new());
+    // The services' outbox writers wake one waiter of `commits` (in the mesh, their relay); the
+    // forwarder turns each wake-up into one of every log reader.
+    let commits = Arc::new(Notify::new());
     let log_wake = Arc::new(Notify::new());
     let loops = CancellationToken::new();
     let forward = {
-        let (from, to, cancel) = (Arc::clone(&relation_wake), Arc::clone(&log_wake), loops.clone());
+        let (from, to, cancel) = (Arc::clone(&commits), Arc::clone(&log_wake), loops.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! { _ = from.notified() => to.notify_waiters(), _ = cancel.cancelled() => return }
             }
         })
     };
-    let relations = socialgraph_relation::build(db.clone(), None, false, &relation_config, relation_wake, &registry)?;
+    let relations = socialgraph_relation::build(db.clone(), None, false, &relation_config, Arc::clone(&commits), &registry)?;
     let account_jobs = tokio::spawn(socialgraph_relation::lifecycle::run_jobs(
         Arc::clone(&relations),
         relations.jobs_wake(),
@@ -178,7 +179,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let outbox_log = Arc::new(OutboxLog { db: db.clone(), wake: Arc::clone(&log_wake) });
     let content_log = Arc::new(log::OutboxContentLog { log: Arc::clone(&outbox_log), topic: content_topic.clone() });
     // The follow counts go to the log as in the mesh: counter-svc's consumer keeps them.
-    let count_log = socialgraph_projection::count_log::CountLog { topic: edge_count_topic.clone(), wake: Arc::clone(&log_wake) };
+    let count_log = socialgraph_projection::count_log::CountLog { topic: edge_count_topic.clone(), wake: Arc::clone(&commits) };
     let mut projection = socialgraph_projection::build(
         db.clone(),
         &projection_config,
@@ -212,7 +213,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     });
     let followings_loop = log::spawn(&outbox_log, &relation_topic, followings, Progress::default(), &loops);
     let edge_count_loop = log::spawn(&outbox_log, &edge_count_topic, edge_counts, Progress::default(), &loops);
-    let backend = Arc::new(counters::SqlCounters { db: db.clone(), counter_topic, wake: Arc::clone(&log_wake) });
+    let backend = Arc::new(counters::SqlCounters { db: db.clone(), counter_topic, wake: Arc::clone(&commits) });
 
     let readiness = Readiness::default();
     readiness.set(true);
@@ -231,7 +232,7 @@ pub async fn run(config: DevConfig, listeners: Listeners, shutdown: Cancellation
     let hub = socialgraph_message::live::Hub::new(message_log, message_config.subscribe.hub(), streams.clone());
     let hub_task = tokio::spawn(Arc::clone(&hub).run());
     let account_topic = message_config.kafka.account_topic.clone();
-    let messages = Arc::new(socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::new(Notify::new())));
+    let messages = Arc::new(socialgraph_message::service::Messages::new(db.clone(), message_config, Arc::clone(&commits)));
     // Accounts being deleted leave their conversations, as message-svc's consumer does in the mesh.
     let ender = Arc::new(socialgraph_message::accounts::AccountEnder { messages: Arc::clone(&messages), consumer: MESSAGE_CONSUMER.into() });
     let account_loop = log::spawn(&outbox_log, &account_topic, ender, progress.clone(), &loops);

@@ -228,14 +228,12 @@ impl BatchHandler for Ingest {
     }
 }
 
-/// Adds `per_author` to `user_counter.posts` (never below 0).
+/// Adds `per_author` to `user_counter.posts` (never below 0) of the authors that have counters;
+/// the others get theirs counted from the facts, posts included, on their first read.
 async fn count_posts(txn: &DatabaseTransaction, per_author: &HashMap<i64, i64>) -> Result<(), sea_orm::DbErr> {
     use sea_orm::ConnectionTrait;
     for (author, d) in per_author.iter().filter(|(_, d)| **d != 0) {
-        let sql = format!(
-            "INSERT INTO user_counter (user_id, posts) VALUES ({author}, {}) ON CONFLICT (user_id) DO UPDATE SET posts = MAX(0, posts + {d})",
-            (*d).max(0)
-        );
+        let sql = format!("UPDATE user_counter SET posts = MAX(0, posts + {d}) WHERE user_id = {author}");
         txn.execute_unprepared(&sql).await?;
     }
     Ok(())
